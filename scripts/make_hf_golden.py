@@ -1,0 +1,277 @@
+"""Writes tests/data/hf_rope_golden.json: Hugging Face transformers' own RoPE frequencies.
+
+For each config.json-like dict below, builds the model's config class and its rotary-embedding
+module exactly as transformers does when it loads a checkpoint, runs the module's forward at a
+given sequence length (which triggers transformers' dynamic-NTK / LongRoPE update), and
+records `inv_freq` [R] and `attention_scaling`. For MLA models (DeepSeek) it also records the
+extra softmax-scale multiplier that the attention layer applies.
+
+The test suite (tests/test_hf_config.py) compares `posenc_jax.rope_scaling.from_hf_config`
+with these numbers; it needs neither torch nor transformers. This script does, so run it in a
+throwaway environment, never the project's .venv, once per transformers generation; each run
+merges its results into the JSON under its own version:
+
+    python3 -m venv /tmp/hfenv && /tmp/hfenv/bin/pip install torch==2.13.0 transformers==5.24.0
+    /tmp/hfenv/bin/python scripts/make_hf_golden.py            # 5.x (rope_parameters)
+    /tmp/hfenv4/bin/python scripts/make_hf_golden.py           # 4.57 (rope_scaling), same way
+
+Cases marked `"since": 5` use the transformers 5.x `rope_parameters` form and are skipped by
+4.x (which ignores that key).
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import pathlib
+import sys
+
+OUT = pathlib.Path(__file__).resolve().parent.parent / "tests" / "data" / "hf_rope_golden.json"
+
+# Phi-3.5-mini-instruct's published config.json (the LongRoPE factor lists, 48 each).
+PHI35_LONG = [
+    1.0800000429153442, 1.1100000143051147, 1.1399999856948853, 1.340000033378601,
+    1.5899999141693115, 1.600000023841858, 1.6200000047683716, 2.620000123977661,
+    3.2300000190734863, 3.2300000190734863, 4.789999961853027, 7.400000095367432,
+    7.700000286102295, 9.09000015258789, 12.199999809265137, 17.670000076293945,
+    24.46000099182129, 28.57000160217285, 30.420001983642578, 30.840002059936523,
+    32.590003967285156, 32.93000411987305, 42.320003509521484, 44.96000289916992,
+    50.340003967285156, 50.45000457763672, 57.55000305175781, 57.93000411987305,
+    58.21000289916992, 60.1400032043457, 62.61000442504883, 62.62000274658203,
+    62.71000289916992, 63.1400032043457, 63.1400032043457, 63.77000427246094,
+    63.93000411987305, 63.96000289916992, 63.970001220703125, 64.02999877929688,
+    64.06999969482422, 64.08000183105469, 64.12000274658203, 64.41000366210938,
+    64.4800033569336, 64.51000213623047, 64.52999877929688, 64.83999633789062,
+]
+PHI35_SHORT = [
+    1.0, 1.0199999809265137, 1.0299999713897705, 1.0299999713897705, 1.0499999523162842,
+    1.0499999523162842, 1.0499999523162842, 1.0499999523162842, 1.0499999523162842,
+    1.0699999332427979, 1.0999999046325684, 1.1099998950958252, 1.1599998474121094,
+    1.1599998474121094, 1.1699998378753662, 1.2899998426437378, 1.339999794960022,
+    1.679999828338623, 1.7899998426437378, 1.8199998140335083, 1.8499997854232788,
+    1.8799997568130493, 1.9099997282028198, 1.9399996995925903, 1.9899996519088745,
+    2.0199997425079346, 2.0199997425079346, 2.0199997425079346, 2.0199997425079346,
+    2.0199997425079346, 2.0199997425079346, 2.0299997329711914, 2.0299997329711914,
+    2.0299997329711914, 2.0299997329711914, 2.0299997329711914, 2.0299997329711914,
+    2.0299997329711914, 2.0299997329711914, 2.0299997329711914, 2.0799996852874756,
+    2.0899996757507324, 2.189999580383301, 2.2199995517730713, 2.5899994373321533,
+    2.729999542236328, 2.749999523162842, 2.8399994373321533,
+]
+
+LLAMA31_8B = {
+    "hidden_size": 4096, "num_attention_heads": 32, "num_key_value_heads": 8,
+    "max_position_embeddings": 131072, "rope_theta": 500000.0,
+    "rope_scaling": {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                     "original_max_position_embeddings": 8192, "rope_type": "llama3"},
+}
+DEEPSEEK_V3 = {
+    "hidden_size": 7168, "num_attention_heads": 128, "num_key_value_heads": 128,
+    "qk_rope_head_dim": 64, "qk_nope_head_dim": 128, "v_head_dim": 128,
+    "kv_lora_rank": 512, "q_lora_rank": 1536, "max_position_embeddings": 163840,
+    "rope_theta": 10000,
+    "rope_scaling": {"beta_fast": 32, "beta_slow": 1, "factor": 40, "mscale": 1.0,
+                     "mscale_all_dim": 1.0, "original_max_position_embeddings": 4096,
+                     "type": "yarn"},
+}
+
+
+def _phi4_like_factors(n: int) -> tuple[list[float], list[float]]:
+    """Synthetic but realistic-shaped LongRoPE factors (monotone, 1 -> ~factor)."""
+    short = [1.0 + 0.03 * i for i in range(n)]
+    long_ = [1.0 + 31.0 * (i / (n - 1)) ** 2 for i in range(n)]
+    return short, long_
+
+
+_P4S, _P4L = _phi4_like_factors(48)
+
+# name, model_type, config.json dict, sequence lengths (None: as built, before any forward)
+CASES = [
+    ("llama3.1-8b", "llama", LLAMA31_8B, [None, 131072]),
+    ("llama3.2-3b", "llama", {
+        "hidden_size": 3072, "num_attention_heads": 24, "head_dim": 128,
+        "max_position_embeddings": 131072, "rope_theta": 500000.0,
+        "rope_scaling": {"factor": 32.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                         "original_max_position_embeddings": 8192, "rope_type": "llama3"}},
+     [None]),
+    ("llama3-rope_parameters", "llama", {
+        "hidden_size": 4096, "num_attention_heads": 32, "max_position_embeddings": 131072,
+        "rope_parameters": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                            "high_freq_factor": 4.0, "original_max_position_embeddings": 8192,
+                            "rope_theta": 500000.0}, "since": 5},
+     [None]),
+    ("qwen2.5-7b-yarn", "qwen2", {
+        "hidden_size": 3584, "num_attention_heads": 28, "num_key_value_heads": 4,
+        "max_position_embeddings": 32768, "rope_theta": 1000000.0,
+        "rope_scaling": {"factor": 4.0, "original_max_position_embeddings": 32768,
+                         "type": "yarn"}},
+     [None, 131072]),
+    ("qwen2.5-yarn-rope_parameters", "qwen2", {
+        "hidden_size": 3584, "num_attention_heads": 28, "num_key_value_heads": 4,
+        "max_position_embeddings": 131072,
+        "rope_parameters": {"rope_type": "yarn", "factor": 4.0, "rope_theta": 1000000.0,
+                            "original_max_position_embeddings": 32768}, "since": 5},
+     [None]),
+    ("deepseek-v3", "deepseek_v3", DEEPSEEK_V3, [None]),
+    ("deepseek-v2-lite", "deepseek_v2", {
+        "hidden_size": 2048, "num_attention_heads": 16, "qk_rope_head_dim": 64,
+        "qk_nope_head_dim": 128, "v_head_dim": 128, "kv_lora_rank": 512, "q_lora_rank": None,
+        "max_position_embeddings": 163840, "rope_theta": 10000,
+        "rope_scaling": {"beta_fast": 32, "beta_slow": 1, "factor": 40, "mscale": 0.707,
+                         "mscale_all_dim": 0.707, "original_max_position_embeddings": 4096,
+                         "type": "yarn"}},
+     [None]),
+    ("deepseek-yarn-mscale-ratio", "deepseek_v3", {
+        **DEEPSEEK_V3, "rope_scaling": {**DEEPSEEK_V3["rope_scaling"], "mscale": 1.0,
+                                        "mscale_all_dim": 0.8}},
+     [None]),
+    ("yarn-mscale-without-all-dim", "llama", {
+        "hidden_size": 2048, "num_attention_heads": 16, "max_position_embeddings": 65536,
+        "rope_theta": 10000.0,
+        "rope_scaling": {"rope_type": "yarn", "factor": 16.0, "mscale": 2.0,
+                         "original_max_position_embeddings": 4096}},
+     [None]),
+    ("gpt-oss-yarn-no-truncate", "llama", {
+        "hidden_size": 2880, "num_attention_heads": 64, "head_dim": 64,
+        "max_position_embeddings": 131072, "rope_theta": 150000.0,
+        "rope_scaling": {"beta_fast": 32.0, "beta_slow": 1.0, "factor": 32.0,
+                         "original_max_position_embeddings": 4096, "rope_type": "yarn",
+                         "truncate": False}},
+     [None]),
+    ("yarn-explicit-attention-factor", "llama", {
+        "hidden_size": 1024, "num_attention_heads": 8, "max_position_embeddings": 32768,
+        "rope_theta": 10000.0,
+        "rope_scaling": {"rope_type": "yarn", "factor": 8.0, "attention_factor": 1.5,
+                         "beta_fast": 16.0, "beta_slow": 2.0,
+                         "original_max_position_embeddings": 4096}},
+     [None]),
+    ("yarn-partial-rotary", "llama", {
+        "hidden_size": 2048, "num_attention_heads": 16, "max_position_embeddings": 8192,
+        "rope_theta": 10000.0, "partial_rotary_factor": 0.5,
+        "rope_scaling": {"rope_type": "yarn", "factor": 4.0,
+                         "original_max_position_embeddings": 2048}},
+     [None]),
+    ("phi3.5-mini-longrope", "phi3", {
+        "hidden_size": 3072, "num_attention_heads": 32, "num_key_value_heads": 32,
+        "max_position_embeddings": 131072, "original_max_position_embeddings": 4096,
+        "rope_theta": 10000.0,
+        "rope_scaling": {"long_factor": PHI35_LONG, "short_factor": PHI35_SHORT,
+                         "type": "longrope"}},
+     [None, 4096, 4097, 131072]),
+    ("phi4-mini-like-longrope-partial", "phi3", {
+        "hidden_size": 3072, "num_attention_heads": 24, "num_key_value_heads": 8,
+        "max_position_embeddings": 131072, "original_max_position_embeddings": 4096,
+        "rope_theta": 10000.0, "partial_rotary_factor": 0.75,
+        "rope_scaling": {"long_factor": _P4L, "short_factor": _P4S, "type": "longrope"}},
+     [None, 8192]),
+    ("longrope-explicit-attention-factor", "phi3", {
+        "hidden_size": 1024, "num_attention_heads": 16, "max_position_embeddings": 16384,
+        "original_max_position_embeddings": 2048, "rope_theta": 10000.0,
+        "rope_scaling": {"type": "longrope", "attention_factor": 1.25,
+                         "short_factor": [1.0 + 0.1 * i for i in range(32)],
+                         "long_factor": [2.0 + 0.5 * i for i in range(32)]}},
+     [None, 2049]),
+    ("linear", "llama", {
+        "hidden_size": 4096, "num_attention_heads": 32, "max_position_embeddings": 4096,
+        "rope_theta": 10000.0, "rope_scaling": {"type": "linear", "factor": 4.0}},
+     [None]),
+    ("dynamic", "llama", {
+        "hidden_size": 4096, "num_attention_heads": 32, "max_position_embeddings": 4096,
+        "rope_theta": 10000.0, "rope_scaling": {"type": "dynamic", "factor": 2.0}},
+     [None, 100, 4096, 4097, 6000, 16384]),
+    ("dynamic-head_dim-theta", "llama", {
+        "hidden_size": 2048, "num_attention_heads": 16, "head_dim": 64,
+        "max_position_embeddings": 2048, "rope_theta": 1000000.0,
+        "rope_scaling": {"rope_type": "dynamic", "factor": 4.0}},
+     [None, 2048, 3000, 65536]),
+    ("default-llama2", "llama", {
+        "hidden_size": 4096, "num_attention_heads": 32, "max_position_embeddings": 4096,
+        "rope_theta": 10000.0},
+     [None]),
+    ("default-head_dim", "llama", {
+        "hidden_size": 2048, "num_attention_heads": 8, "head_dim": 256,
+        "max_position_embeddings": 8192, "rope_theta": 10000.0},
+     [None]),
+    ("default-partial-rotary", "phi3", {
+        "hidden_size": 2048, "num_attention_heads": 32, "max_position_embeddings": 4096,
+        "original_max_position_embeddings": 4096, "rope_theta": 10000.0,
+        "partial_rotary_factor": 0.5},
+     [None]),
+]
+
+ROTARY_CLASS = {
+    "llama": "LlamaRotaryEmbedding", "qwen2": "Qwen2RotaryEmbedding",
+    "phi3": "Phi3RotaryEmbedding", "deepseek_v3": "DeepseekV3RotaryEmbedding",
+    "deepseek_v2": "DeepseekV2RotaryEmbedding",
+}
+ATTENTION_CLASS = {"deepseek_v3": "DeepseekV3Attention", "deepseek_v2": "DeepseekV2Attention"}
+
+
+def _softmax_scale_factor(transformers, model_type, config_json):
+    """The MLA attention's softmax scale divided by 1/sqrt(qk_head_dim), on a tiny model."""
+    tiny = {**config_json, "hidden_size": 64, "num_attention_heads": 2,
+            "num_key_value_heads": 2, "kv_lora_rank": 16,
+            "q_lora_rank": None if config_json.get("q_lora_rank") is None else 16}
+    config = transformers.AutoConfig.for_model(model_type, **tiny)
+    module = importlib.import_module(f"transformers.models.{model_type}.modeling_{model_type}")
+    attn = getattr(module, ATTENTION_CLASS[model_type])(config, layer_idx=0)
+    qk_head_dim = config.qk_nope_head_dim + config.qk_rope_head_dim
+    return float(attn.scaling / qk_head_dim ** -0.5)
+
+
+def run_case(transformers, torch, model_type, config_json, seq_len):
+    config = transformers.AutoConfig.for_model(model_type, **config_json)
+    module = importlib.import_module(f"transformers.models.{model_type}.modeling_{model_type}")
+    rotary = getattr(module, ROTARY_CLASS[model_type])(config)
+    if seq_len is not None:
+        # forward() applies transformers' length-dependent update with seq_len = max(pos) + 1
+        position_ids = torch.tensor([[0, seq_len - 1]])
+        rotary(torch.zeros(1, 2, 8), position_ids)
+    inv_freq = rotary.inv_freq.detach().to(torch.float32).cpu().numpy()
+    return {"inv_freq": [float(v) for v in inv_freq],
+            "attention_factor": float(rotary.attention_scaling)}
+
+
+def main():
+    import torch
+    import transformers
+
+    version = transformers.__version__
+    major = int(version.split(".")[0])
+    data = json.loads(OUT.read_text()) if OUT.exists() else {"cases": {}, "versions": {}}
+    data["versions"][version] = {"torch": torch.__version__}
+    for name, model_type, config_json, seq_lens in CASES:
+        config_json = dict(config_json)
+        since = config_json.pop("since", 4)
+        entry = data["cases"].setdefault(name, {})
+        entry["model_type"] = model_type
+        entry["config"] = config_json
+        results = entry.setdefault("hf", {})
+        if major < since:
+            results.pop(version, None)
+            continue
+        per_len = {}
+        try:
+            for seq_len in seq_lens:
+                per_len["none" if seq_len is None else str(seq_len)] = run_case(
+                    transformers, torch, model_type, config_json, seq_len)
+        except (ValueError, KeyError, TypeError) as err:  # this version refuses the config
+            results[version] = {"error": f"{type(err).__name__}: {err}"[:300]}
+            print(f"{version:>8} {name:<36} refused: {err!s:.100}", file=sys.stderr)
+            continue
+        record = {"by_seq_len": per_len}
+        if model_type in ATTENTION_CLASS:
+            record["softmax_scale_factor"] = _softmax_scale_factor(
+                transformers, model_type, config_json)
+        results[version] = record
+        first = per_len["none"]
+        print(f"{version:>8} {name:<36} R={len(first['inv_freq']):<3} "
+              f"attention_factor={first['attention_factor']:.6f}", file=sys.stderr)
+    data["note"] = ("Written by scripts/make_hf_golden.py from transformers' own rotary "
+                    "embedding modules; keys of by_seq_len are the sequence length passed to "
+                    "the module's forward (max(position_ids) + 1), 'none' = as constructed.")
+    OUT.parent.mkdir(parents=True, exist_ok=True)
+    OUT.write_text(json.dumps(data, indent=1, sort_keys=False) + "\n")
+
+
+if __name__ == "__main__":
+    main()

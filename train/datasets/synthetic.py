@@ -1,0 +1,113 @@
+"""Synthetic byte tasks for length generalisation, computed on demand from (seed, split, index).
+
+Nothing is stored: document `i` of a split is a pure function of `(seed, split, i)` through
+`np.random.default_rng([seed, split_id, i])`, so every process and every run sees the same
+documents, and the validation/test splits use their own random streams. Each document is
+about `length` bytes with `length` drawn uniformly from [min_len, max_len] and ends with an
+answer the model can only produce by using earlier context:
+
+- `copy`:         `<payload>=<payload>\\n`, payload random lowercase letters; the answer is the
+                  second copy.
+- `passkey`:      filler sentences with `The pass key is 12345. Remember it. 12345 is the pass
+                  key. ` inserted at a random sentence boundary, ending
+                  `What is the pass key? The pass key is 12345.\\n`; the answer is the last key.
+- `assoc_recall`: `abc=42 xyz=07 ... ? xyz=07\\n` (distinct 3-letter keys, 2-digit values); the
+                  answer is the queried value.
+
+`task.answer_span(i)` -> (start, stop): `task[i][start:stop]` is the answer, for accuracy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+TASKS = ("copy", "passkey", "assoc_recall")
+_SPLIT_IDS = {"train": 0, "validation": 1, "test": 2}
+_LETTERS = np.frombuffer(b"abcdefghijklmnopqrstuvwxyz", dtype=np.uint8)
+_FILLER = (b"The grass is green. ", b"The sky is blue. ", b"The sun is yellow. ",
+           b"Here we go. ", b"There and back again. ")
+
+
+def _copy(rng: np.random.Generator, length: int) -> tuple[bytes, int, int]:
+    n = max(1, (length - 2) // 2)
+    payload = _LETTERS[rng.integers(0, 26, size=n)].tobytes()
+    return payload + b"=" + payload + b"\n", n + 1, 2 * n + 1
+
+
+def _passkey(rng: np.random.Generator, length: int) -> tuple[bytes, int, int]:
+    key = str(int(rng.integers(10_000, 100_000))).encode()
+    needle = b"The pass key is " + key + b". Remember it. " + key + b" is the pass key. "
+    question = b"What is the pass key? The pass key is "
+    room = length - len(needle) - len(question) - len(key) - 2
+    mean = sum(map(len, _FILLER)) / len(_FILLER)
+    num_sentences = max(0, round(room / mean))
+    sentences = [_FILLER[j % len(_FILLER)] for j in range(num_sentences)]
+    cut = int(rng.integers(0, num_sentences + 1))
+    doc = b"".join(sentences[:cut]) + needle + b"".join(sentences[cut:]) + question + key
+    return doc + b".\n", len(doc) - len(key), len(doc)
+
+
+def _assoc_recall(rng: np.random.Generator, length: int) -> tuple[bytes, int, int]:
+    num_pairs = max(1, (length - 9) // 7)
+    codes = rng.choice(26**3, size=num_pairs, replace=False)
+    keys = [_LETTERS[[c // 676, c // 26 % 26, c % 26]].tobytes() for c in codes]
+    values = [b"%02d" % v for v in rng.integers(0, 100, size=num_pairs)]
+    asked = int(rng.integers(0, num_pairs))
+    body = b" ".join(k + b"=" + v for k, v in zip(keys, values))
+    doc = body + b" ? " + keys[asked] + b"=" + values[asked]
+    return doc + b"\n", len(doc) - 2, len(doc)
+
+
+_MAKERS = {"copy": _copy, "passkey": _passkey, "assoc_recall": _assoc_recall}
+
+
+class SyntheticTask(Sequence):
+    """`num_examples` documents of one task and split; `task[i]` -> uint8 [about length]."""
+
+    def __init__(self, task: str, split: str, *, seed: int = 0, num_examples: int = 10_000,
+                 min_len: int = 64, max_len: int = 512):
+        if task not in _MAKERS:
+            raise ValueError(f"unknown synthetic task {task!r}; choose one of {TASKS}")
+        if split not in _SPLIT_IDS:
+            raise ValueError(f"synthetic task {task!r} has splits {tuple(_SPLIT_IDS)} (no "
+                             f"slicing), got split={split!r}")
+        if not isinstance(seed, (int, np.integer)) or seed < 0:
+            raise ValueError(f"seed must be a non-negative int, got seed={seed!r}")
+        if not isinstance(num_examples, (int, np.integer)) or num_examples < 1:
+            raise ValueError(f"num_examples must be a positive int, got {num_examples!r}")
+        if not 1 <= min_len <= max_len:
+            raise ValueError(f"need 1 <= min_len <= max_len, got min_len={min_len}, "
+                             f"max_len={max_len}")
+        self.task, self.split, self.seed = task, split, int(seed)
+        self.num_examples, self.min_len, self.max_len = int(num_examples), min_len, max_len
+        self.identity = {"name": task, "split": split, "seed": self.seed,
+                         "num_examples": self.num_examples, "min_len": min_len,
+                         "max_len": max_len, "generator": "np.random.default_rng([seed, "
+                         f"{_SPLIT_IDS[split]} (split id), index])"}
+
+    def __len__(self) -> int:
+        return self.num_examples
+
+    def example(self, index: int) -> tuple[bytes, int, int]:
+        """(document bytes, answer start, answer stop) of document `index`."""
+        if not 0 <= index < self.num_examples:
+            raise IndexError(f"index {index} out of range for {self.num_examples} documents")
+        rng = np.random.default_rng([self.seed, _SPLIT_IDS[self.split], int(index)])
+        length = int(rng.integers(self.min_len, self.max_len + 1))
+        return _MAKERS[self.task](rng, length)
+
+    def __getitem__(self, index: int) -> np.ndarray:  # type: ignore[override]
+        if index < 0:
+            index += self.num_examples
+        return np.frombuffer(self.example(index)[0], dtype=np.uint8)
+
+    def answer_span(self, index: int) -> tuple[int, int]:
+        """(start, stop) such that `self[index][start:stop]` is the answer."""
+        _, start, stop = self.example(index)
+        return start, stop
+
+    def __repr__(self) -> str:
+        return (f"SyntheticTask({self.task!r}, {self.split!r}, seed={self.seed}, "
+                f"num_examples={self.num_examples}, len {self.min_len}..{self.max_len})")
