@@ -27,8 +27,8 @@ from posenc_jax.encoding import Encoding, for_model, get, names, register
 
 __all__ = [
     "Encoding", "for_model", "get", "names", "register",
-    "alibi", "attention", "encoding", "learned", "linen", "relative", "rope", "rope_scaling",
-    "sinusoidal", "transformer",
+    "alibi", "attention", "blockwise", "encoding", "hf_config", "learned", "linen", "relative",
+    "rope", "rope_scaling", "sinusoidal", "transformer",
 ]
 __version__ = "0.1.0"
 

@@ -287,7 +287,8 @@ class RoPE(Encoding):
         rope.inv_freq(rotary_dim, base=self.base)  # validates the base
         if self.scaling is not None:
             raw = _thaw(self.scaling) if isinstance(self.scaling, tuple) else self.scaling
-            scaling = rope_scaling.validate(raw, rotary_dim=rotary_dim)
+            scaling = rope_scaling.validate(
+                raw, rotary_dim=rotary_dim, max_position_embeddings=self.max_position_embeddings)
             object.__setattr__(self, "scaling", _freeze(scaling))
 
     @property
@@ -316,11 +317,19 @@ class RoPE(Encoding):
         _check_positions(k_positions, "k_positions")
         seq_len = jnp.max(k_positions) + 1 if self.is_length_dependent else None
         inv_freq, factor = self.frequencies(seq_len)
-        k_cos, k_sin = rope.cos_sin(k_positions, inv_freq, attention_factor=factor)
+
+        def table(positions):
+            cos, sin = rope.cos_sin(positions, inv_freq)
+            if self.scaling is not None:  # the factor may be a traced float32 [] under jit
+                factor32 = jnp.asarray(factor, jnp.float32)
+                cos, sin = cos * factor32, sin * factor32
+            return cos, sin
+
+        k_cos, k_sin = table(k_positions)
         if q_positions is k_positions:  # self-attention without a cache: one table for both
             q_cos, q_sin = k_cos, k_sin
         else:
-            q_cos, q_sin = rope.cos_sin(q_positions, inv_freq, attention_factor=factor)
+            q_cos, q_sin = table(q_positions)
         q = rope.apply_cos_sin(q, q_cos, q_sin, layout=self.layout)
         k = rope.apply_cos_sin(k, k_cos, k_sin, layout=self.layout)
         return q, k

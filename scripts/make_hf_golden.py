@@ -11,9 +11,13 @@ with these numbers; it needs neither torch nor transformers. This script does, s
 throwaway environment, never the project's .venv, once per transformers generation; each run
 merges its results into the JSON under its own version:
 
-    python3 -m venv /tmp/hfenv && /tmp/hfenv/bin/pip install torch==2.13.0 transformers==5.24.0
-    /tmp/hfenv/bin/python scripts/make_hf_golden.py            # 5.x (rope_parameters)
-    /tmp/hfenv4/bin/python scripts/make_hf_golden.py           # 4.57 (rope_scaling), same way
+    echo torch==2.13.0 > /tmp/pin.txt      # the CPU build on disk; keeps pip off CUDA wheels
+    python3 -m venv /tmp/hfenv && /tmp/hfenv/bin/pip install torch==2.13.0 \
+        && /tmp/hfenv/bin/pip install -c /tmp/pin.txt transformers==5.24.0
+    python3 -m venv /tmp/hfenv4 && /tmp/hfenv4/bin/pip install torch==2.13.0 \
+        && /tmp/hfenv4/bin/pip install -c /tmp/pin.txt transformers==4.57.6
+    /tmp/hfenv/bin/python scripts/make_hf_golden.py     # 5.24.0 (rope_scaling + rope_parameters)
+    /tmp/hfenv4/bin/python scripts/make_hf_golden.py    # 4.57.6 (rope_scaling)
 
 Cases marked `"since": 5` use the transformers 5.x `rope_parameters` form and are skipped by
 4.x (which ignores that key).
@@ -149,6 +153,18 @@ CASES = [
         "rope_theta": 10000.0, "partial_rotary_factor": 0.5,
         "rope_scaling": {"rope_type": "yarn", "factor": 4.0,
                          "original_max_position_embeddings": 2048}},
+     [None]),
+    ("yarn-ramp-clamped-high", "llama", {  # correction dim past d - 1: HF clamps to d - 1
+        "hidden_size": 64, "num_attention_heads": 4, "head_dim": 16,
+        "max_position_embeddings": 1048576, "rope_theta": 100.0,
+        "rope_scaling": {"rope_type": "yarn", "factor": 8.0,
+                         "original_max_position_embeddings": 131072}},
+     [None]),
+    ("yarn-ramp-clamped-low", "llama", {  # correction dim below 0: clamped to 0
+        "hidden_size": 512, "num_attention_heads": 8, "max_position_embeddings": 512,
+        "rope_theta": 10000.0,
+        "rope_scaling": {"rope_type": "yarn", "factor": 4.0,
+                         "original_max_position_embeddings": 128}},
      [None]),
     ("phi3.5-mini-longrope", "phi3", {
         "hidden_size": 3072, "num_attention_heads": 32, "num_key_value_heads": 32,

@@ -1,0 +1,317 @@
+"""Context extension for RoPE: each method maps base frequencies to scaled ones.
+
+Every method is a pure function `method(inv_freq, *, hyperparameters) -> (inv_freq,
+attention_factor)` on the plain RoPE frequencies `inv_freq = base^(-2i / d)` (float32 [R],
+R = d / 2, d = rotary_dim). `attention_factor` multiplies both cos and sin, as Hugging Face
+applies it, so attention logits scale by its square; it depends on hyperparameters only and is
+returned as a concrete NumPy float32 scalar (never a tracer, even under jit). Hyperparameters
+carry Hugging Face's names.
+
+    linear     inv_freq / factor                                 (Chen et al. 2023, PI)
+    ntk        base -> base * factor^(d / (d - 2))               (NTK-aware, static)
+    dynamic    base -> base * (factor s / L0 - (factor - 1))^(d / (d - 2)) for s > L0,
+               plain RoPE for s <= L0 (s = current length, L0 = original length)
+    yarn       per-frequency ramp between extrapolation (wavelengths shorter than
+               L0 / beta_fast: untouched) and interpolation (longer than L0 / beta_slow:
+               / factor); attention factor 0.1 ln(factor) + 1    (Peng et al. 2023)
+    longrope   inv_freq / short_factor (s <= L0) or / long_factor (s > L0); attention
+               factor sqrt(1 + ln(factor) / ln(L0))              (Ding et al. 2024)
+    llama3     / factor for wavelengths > L0 / low_freq_factor, untouched below
+               L0 / high_freq_factor, a smooth blend between      (Llama 3.1)
+
+`frequencies(scaling, ...)` dispatches on a Hugging Face style dict; `validate` checks one once
+(`posenc_jax.rope_scaling_validate`); `from_hf_config` reads a whole transformers config.json
+(`posenc_jax.hf_config`). The sequence length s is `max(k_positions) + 1`, exactly what Hugging
+Face's dynamic update uses (`max(position_ids) + 1`); it may be a traced scalar.
+
+KV-cache policy for the length-dependent methods (dynamic, LongRoPE)
+--------------------------------------------------------------------
+Their frequencies change as the sequence grows. `regime(scaling, seq_len=s)` is an int32 id
+that changes exactly when the frequencies for s change (0 = the original frequencies;
+LongRoPE 0 short / 1 long; dynamic 0 at or below L0, else s). The cache stores keys already
+rotated, plus the regime they were rotated under. When a decode step's regime differs from
+the cache's, the cache is rebuilt by re-running the whole prefix under the new regime; the
+result is then exactly the full forward pass, for any number of layers.
+Why not cache keys unrotated and re-rotate them? That is exact for ONE layer only: a deeper
+layer's keys are computed from the earlier layers' attention outputs, which were computed
+under the old regime, so re-rotating them does not give what a full forward pass computes.
+Hugging Face keeps rotated keys and silently mixes regimes after a switch (transformers issue
+25104); vLLM freezes the regime at start-up. The price of exactness: LongRoPE rebuilds once
+(when s first exceeds L0); dynamic NTK rebuilds at every step past L0. A user who prefers
+speed can freeze the frequencies by passing a fixed `seq_len` (e.g. the context length).
+Our frequencies are a pure function of s. Hugging Face's dynamic module is not: once grown it
+keeps the largest length seen until s drops back to L0 (so after a 6000-token call a
+5000-token call uses the 6000 frequencies); we match a freshly built Hugging Face module.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from posenc_jax import rope
+from posenc_jax.hf_config import from_hf_config, rope_kwargs_from_hf_config, softmax_scale_factor
+from posenc_jax.rope_scaling_validate import METHODS, resolve_type, validate
+
+__all__ = [
+    "METHODS",
+    "default",
+    "dynamic",
+    "frequencies",
+    "from_hf_config",
+    "get_mscale",
+    "is_length_dependent",
+    "linear",
+    "llama3",
+    "longrope",
+    "ntk",
+    "regime",
+    "resolve_type",
+    "rope_kwargs_from_hf_config",
+    "softmax_scale_factor",
+    "validate",
+    "yarn",
+    "yarn_attention_factor",
+    "yarn_ramp",
+]
+
+Array = jax.Array
+Result = tuple[Array, np.float32]  # (inv_freq float32 [R], attention_factor float32 [])
+
+
+def _out(inv_freq, attention_factor=1.0) -> Result:
+    # The attention factor depends on hyperparameters only, never on traced values: keep it a
+    # concrete NumPy float32 scalar, so callers may branch on it (== 1.0) even under jit.
+    return jnp.asarray(inv_freq, jnp.float32), np.float32(attention_factor)
+
+
+def _check_factor(factor: float) -> float:
+    if not factor >= 1.0:
+        raise ValueError(f"factor must be >= 1, got factor={factor!r}")
+    return float(factor)
+
+
+def default(inv_freq) -> Result:
+    """Plain RoPE: `(inv_freq, 1.0)`."""
+    return _out(inv_freq)
+
+
+def linear(inv_freq, *, factor: float) -> Result:
+    """Position interpolation: RoPE at positions / factor. inv_freq float32 [R] -> [R]."""
+    return _out(jnp.asarray(inv_freq, jnp.float32) / _check_factor(factor))
+
+
+def _ntk_scale(num_freq: int, growth) -> Array:
+    """growth^(-2i / (d - 2)) for i < R = d / 2: the effect of base -> base * growth^(d/(d-2))."""
+    if num_freq < 2:
+        raise ValueError(f"NTK scaling needs rotary_dim >= 4, got rotary_dim={2 * num_freq}")
+    exponent = jnp.arange(num_freq, dtype=jnp.float32) / jnp.float32(num_freq - 1)
+    return jnp.exp(-exponent * jnp.log(jnp.asarray(growth, jnp.float32)))
+
+
+def ntk(inv_freq, *, factor: float) -> Result:
+    """NTK-aware (static): base -> base * factor^(d / (d - 2)). inv_freq float32 [R] -> [R]."""
+    inv_freq = jnp.asarray(inv_freq, jnp.float32)
+    return _out(inv_freq * _ntk_scale(inv_freq.shape[0], _check_factor(factor)))
+
+
+def dynamic(inv_freq, *, factor: float, original_max_position_embeddings: int,
+            seq_len=None) -> Result:
+    """Dynamic NTK: base -> base * (factor s / L0 - (factor - 1))^(d / (d - 2)), s = max(seq_len,
+    L0); plain RoPE at or below L0 and for seq_len None. seq_len: int or traced int scalar.
+
+    Note (as in Hugging Face): with factor == 1 the base still grows as (s / L0)^(d / (d - 2))
+    past L0; factor == 1 is the identity only up to L0.
+    """
+    inv_freq = jnp.asarray(inv_freq, jnp.float32)
+    _check_factor(factor)
+    if seq_len is None:
+        return _out(inv_freq)
+    length = float(original_max_position_embeddings)
+    s = jnp.maximum(jnp.asarray(seq_len).astype(jnp.float32), jnp.float32(length))
+    growth = jnp.float32(factor) * s / jnp.float32(length) - jnp.float32(factor - 1.0)
+    return _out(inv_freq * _ntk_scale(inv_freq.shape[0], growth))
+
+
+def get_mscale(scale: float, mscale: float = 1.0) -> float:
+    """YaRN's attention temperature 0.1 * mscale * ln(scale) + 1 (1 for scale <= 1)."""
+    return 1.0 if scale <= 1.0 else 0.1 * mscale * math.log(scale) + 1.0
+
+
+def yarn_attention_factor(*, factor: float, mscale: float | None = None,
+                          mscale_all_dim: float | None = None,
+                          attention_factor: float | None = None) -> float:
+    """Hugging Face's rule: explicit attention_factor, else get_mscale(factor, mscale) /
+    get_mscale(factor, mscale_all_dim) when both are non-zero, else get_mscale(factor)."""
+    if attention_factor is not None:
+        return float(attention_factor)
+    if mscale and mscale_all_dim:
+        return get_mscale(factor, mscale) / get_mscale(factor, mscale_all_dim)
+    return get_mscale(factor)
+
+
+def yarn_ramp(*, rotary_dim: int, base: float, original_max_position_embeddings: int,
+              beta_fast: float = 32.0, beta_slow: float = 1.0, truncate: bool = True) -> np.ndarray:
+    """Extrapolation weight per frequency, float64 [R]: 1 = keep, 0 = divide by factor.
+
+    Frequency i makes r_i = L0 / wavelength_i turns over the original length. The correction
+    dims are the (fractional) indices where r equals beta_fast (low) and beta_slow (high):
+    i(r) = d ln(L0 / (2 pi r)) / (2 ln base); `truncate` floors low and ceils high; then both
+    are clamped to [0, d - 1] (d, not R, as Hugging Face does).
+    """
+    def correction_dim(turns: float) -> float:
+        return (rotary_dim * math.log(original_max_position_embeddings / (turns * 2 * math.pi))
+                / (2 * math.log(base)))
+
+    low, high = correction_dim(beta_fast), correction_dim(beta_slow)
+    if truncate:
+        low, high = math.floor(low), math.ceil(high)
+    low, high = max(low, 0), min(high, rotary_dim - 1)
+    if low == high:
+        high += 0.001  # as Hugging Face, avoids 0 / 0
+    ramp = np.clip((np.arange(rotary_dim // 2, dtype=np.float64) - low) / (high - low), 0, 1)
+    return 1.0 - ramp
+
+
+def yarn(inv_freq, *, factor: float, original_max_position_embeddings: int, base: float,
+         beta_fast: float = 32.0, beta_slow: float = 1.0, truncate: bool = True,
+         mscale: float | None = None, mscale_all_dim: float | None = None,
+         attention_factor: float | None = None) -> Result:
+    """YaRN: inv_freq * (keep + (1 - keep) / factor) with keep = `yarn_ramp(...)`; attention
+    factor from `yarn_attention_factor`. inv_freq: float32 [R] plain RoPE frequencies of
+    `base` (base is needed for the correction range)."""
+    inv_freq = jnp.asarray(inv_freq, jnp.float32)
+    _check_factor(factor)
+    if not beta_fast > beta_slow:
+        raise ValueError(f"beta_fast must be > beta_slow, got beta_fast={beta_fast} and "
+                         f"beta_slow={beta_slow}")
+    keep = yarn_ramp(rotary_dim=2 * inv_freq.shape[0], base=base, beta_fast=beta_fast,
+                     beta_slow=beta_slow, truncate=truncate,
+                     original_max_position_embeddings=original_max_position_embeddings)
+    mix = jnp.asarray(keep + (1.0 - keep) / factor, jnp.float32)
+    return _out(inv_freq * mix, yarn_attention_factor(
+        factor=factor, mscale=mscale, mscale_all_dim=mscale_all_dim,
+        attention_factor=attention_factor))
+
+
+def longrope(inv_freq, *, short_factor: Sequence[float], long_factor: Sequence[float],
+             original_max_position_embeddings: int, seq_len=None, factor: float | None = None,
+             attention_factor: float | None = None) -> Result:
+    """LongRoPE: inv_freq / short_factor for seq_len <= L0 (or None), / long_factor above.
+
+    The attention factor does not depend on seq_len: explicit `attention_factor`, else
+    sqrt(1 + ln(factor) / ln(L0)) (1 for factor <= 1). seq_len: int or traced int scalar.
+    """
+    inv_freq = jnp.asarray(inv_freq, jnp.float32)
+    short = jnp.asarray(short_factor, jnp.float32)
+    long_ = jnp.asarray(long_factor, jnp.float32)
+    if short.shape != inv_freq.shape or long_.shape != inv_freq.shape:
+        raise ValueError(f"short_factor and long_factor must have R={inv_freq.shape[0]} entries, "
+                         f"got {short.shape[0]} and {long_.shape[0]}")
+    if attention_factor is None:
+        if factor is None:
+            raise ValueError("longrope needs factor or attention_factor, got neither")
+        attention_factor = 1.0 if factor <= 1.0 else math.sqrt(
+            1.0 + math.log(factor) / math.log(original_max_position_embeddings))
+    ext = short
+    if seq_len is not None:
+        is_long = jnp.asarray(seq_len) > original_max_position_embeddings
+        ext = jnp.where(is_long, long_, short)
+    return _out(inv_freq / ext, attention_factor)
+
+
+def llama3(inv_freq, *, factor: float, low_freq_factor: float, high_freq_factor: float,
+           original_max_position_embeddings: int) -> Result:
+    """Llama 3.1: wavelength w = 2 pi / inv_freq; w > L0 / low_freq_factor -> / factor;
+    w < L0 / high_freq_factor -> untouched; between, a blend with weight
+    t = (L0 / w - low_freq_factor) / (high_freq_factor - low_freq_factor) on the original."""
+    inv_freq = jnp.asarray(inv_freq, jnp.float32)
+    _check_factor(factor)
+    if not low_freq_factor < high_freq_factor:
+        raise ValueError(f"low_freq_factor must be < high_freq_factor, got low_freq_factor="
+                         f"{low_freq_factor} and high_freq_factor={high_freq_factor}")
+    length = float(original_max_position_embeddings)
+    wavelen = jnp.float32(2 * math.pi) / inv_freq
+    t = (length / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor)
+    smooth = (1.0 - t) * inv_freq / factor + t * inv_freq
+    out = jnp.where(wavelen > length / low_freq_factor, inv_freq / factor, smooth)
+    out = jnp.where(wavelen < length / high_freq_factor, inv_freq, out)
+    return _out(out)
+
+
+def _config(scaling, rotary_dim: int, max_position_embeddings) -> dict[str, Any] | None:
+    if scaling is None:
+        return None
+    return validate(scaling, rotary_dim=rotary_dim, max_position_embeddings=max_position_embeddings)
+
+
+def frequencies(scaling: Mapping[str, Any] | None, *, rotary_dim: int, base: float,
+                seq_len=None, max_position_embeddings: int | None = None) -> Result:
+    """(inv_freq float32 [rotary_dim // 2], attention_factor np.float32) for a scaling dict.
+
+    scaling: None or {"rope_type" (or legacy "type"): ..., hyperparameters}; validated here.
+    seq_len: the current length, max(k_positions) + 1 (int or traced scalar); used by
+    dynamic and longrope only; None means "at or below the original length".
+    """
+    cfg = _config(scaling, rotary_dim, max_position_embeddings)
+    if cfg is not None and "rope_theta" in cfg and cfg["rope_theta"] != float(base):
+        raise ValueError(f"scaling has rope_theta={cfg['rope_theta']:g} but base={base!r}; "
+                         "they must agree")
+    inv_freq = rope.inv_freq(rotary_dim, base=base)
+    kind = "default" if cfg is None else cfg["rope_type"]
+    if kind == "default":
+        return default(inv_freq)
+    if kind in ("linear", "ntk"):
+        return (linear if kind == "linear" else ntk)(inv_freq, factor=cfg["factor"])
+    orig = cfg["original_max_position_embeddings"]
+    if kind == "dynamic":
+        return dynamic(inv_freq, factor=cfg["factor"], seq_len=seq_len,
+                       original_max_position_embeddings=orig)
+    if kind == "yarn":
+        return yarn(inv_freq, base=base, original_max_position_embeddings=orig,
+                    **{k: cfg[k] for k in ("factor", "beta_fast", "beta_slow", "truncate",
+                                           "mscale", "mscale_all_dim", "attention_factor")
+                       if k in cfg})
+    if kind == "longrope":
+        return longrope(inv_freq, short_factor=cfg["short_factor"], seq_len=seq_len,
+                        long_factor=cfg["long_factor"], original_max_position_embeddings=orig,
+                        factor=cfg.get("factor"), attention_factor=cfg.get("attention_factor"))
+    return llama3(inv_freq, factor=cfg["factor"], low_freq_factor=cfg["low_freq_factor"],
+                  high_freq_factor=cfg["high_freq_factor"], original_max_position_embeddings=orig)
+
+
+def is_length_dependent(scaling: Mapping[str, Any] | None) -> bool:
+    """True for dynamic NTK, and for LongRoPE when short_factor and long_factor differ."""
+    kind = resolve_type(scaling)
+    if kind == "dynamic":
+        return True
+    if kind == "longrope":
+        return list(scaling.get("short_factor") or []) != list(scaling.get("long_factor") or [])
+    return False
+
+
+def regime(scaling: Mapping[str, Any] | None, *, seq_len,
+           max_position_embeddings: int | None = None) -> Array:
+    """int32 [] id that changes exactly when `frequencies(scaling, seq_len=seq_len)` changes.
+
+    0 = the original frequencies; LongRoPE: 0 short / 1 long; dynamic: 0 at or below the
+    original length L0, else seq_len. Jittable in seq_len. See the module docstring for the
+    KV-cache policy built on it.
+    """
+    if seq_len is None or not is_length_dependent(scaling):
+        return jnp.zeros((), jnp.int32)
+    orig = scaling.get("original_max_position_embeddings")
+    orig = max_position_embeddings if orig is None else orig
+    if orig is None:
+        raise ValueError(f"rope_type={resolve_type(scaling)!r} needs "
+                         "original_max_position_embeddings (or max_position_embeddings=)")
+    s = jnp.asarray(seq_len).astype(jnp.int32).reshape(())
+    above = s > int(orig)
+    if resolve_type(scaling) == "longrope":
+        return above.astype(jnp.int32)
+    return jnp.where(above, s, 0).astype(jnp.int32)
