@@ -1,0 +1,206 @@
+"""Relative position biases: T5's bucketed bias and Shaw et al.'s clipped embeddings.
+
+* T5 (Raffel et al. 2020): the relative position k_pos - q_pos (memory minus query) is mapped
+  to one of `num_buckets` buckets (`t5_bucket`); a learned [num_buckets, H] table gives one
+  scalar bias per head and bucket (`t5_bias`).
+* Shaw, Uszkoreit & Vaswani (2018): 2K + 1 learned vectors a_r of width D, shared across
+  heads, for the clipped relative position r = clip(k_pos - q_pos, -K, K); they enter the
+  attention logits as q_i . a_{r(i, j)} (`shaw_bias`).
+
+Positions must be integers here (they index tables): float positions raise TypeError.
+
+Shapes: B batch, H heads, D head dim, Lq/Lk query/key lengths.
+"""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+
+from posenc_jax._checks import pair, require_int, require_integer
+
+__all__ = [
+    "relative_positions",
+    "shaw_bias",
+    "shaw_init",
+    "t5_bias",
+    "t5_bucket",
+    "t5_init",
+]
+
+
+def relative_positions(q_positions, k_positions) -> jax.Array:
+    """k_pos - q_pos (memory minus query, T5's convention): int32 [..., Lq, Lk].
+
+    Args:
+      q_positions: integer [..., Lq]; k_positions: integer [..., Lk] (leading dims broadcast,
+        e.g. [B, Lq] with [Lk]).
+
+    Raises:
+      TypeError: non-integer positions (names the dtype).
+    """
+    q = require_integer(q_positions, "q_positions")
+    k = require_integer(k_positions, "k_positions")
+    q, k = pair(q.astype(jnp.int32), k.astype(jnp.int32))
+    return k - q
+
+
+def _check_t5(bidirectional: bool, num_buckets: int, max_distance: int) -> int:
+    """Validate T5 hyperparameters; return max_exact (buckets per direction // 2)."""
+    num_buckets = require_int(num_buckets, "num_buckets", minimum=2)
+    max_distance = require_int(max_distance, "max_distance", minimum=1)
+    if bidirectional and (num_buckets < 4 or num_buckets % 2):
+        raise ValueError(
+            "bidirectional T5 buckets are split in two halves of >= 2 buckets, so num_buckets "
+            f"must be even and >= 4, got num_buckets={num_buckets}"
+        )
+    per_direction = num_buckets // 2 if bidirectional else num_buckets
+    max_exact = per_direction // 2
+    if max_distance <= max_exact:
+        raise ValueError(
+            f"max_distance must exceed the {max_exact} exact buckets "
+            f"(num_buckets={num_buckets}, bidirectional={bidirectional}), "
+            f"got max_distance={max_distance}"
+        )
+    return max_exact
+
+
+def t5_bucket(relative_position, *, bidirectional: bool, num_buckets: int = 32,
+              max_distance: int = 128) -> jax.Array:
+    """T5's `_relative_position_bucket`: int32 buckets in [0, num_buckets), same shape.
+
+    With n buckets per direction (num_buckets, or num_buckets // 2 when bidirectional, the
+    upper half for positive relative positions), distances below n // 2 get their own bucket
+    and larger ones are log-spaced up to max_distance; beyond it they share the last bucket.
+    Causal (bidirectional=False): positive relative positions (the future) map to bucket 0.
+    The log is taken in float32, as in T5 and Hugging Face, so pretrained tables match.
+
+    Args:
+      relative_position: integer array (k_pos - q_pos, see `relative_positions`).
+      bidirectional: encoder-style (True) or causal decoder-style (False).
+      num_buckets: >= 2; when bidirectional, even and >= 4 (each direction needs >= 2
+        buckets, and an odd count would leave the last bucket forever unused).
+      max_distance: > the exact-bucket count (n // 2), hence >= 1.
+
+    Raises:
+      TypeError: non-integer relative_position or hyperparameters.
+      ValueError: num_buckets < 2 (or odd / < 4 when bidirectional), max_distance < 1 or not
+        above the exact-bucket count.
+    """
+    max_exact = _check_t5(bidirectional, num_buckets, max_distance)
+    rel = require_integer(relative_position, "relative_position").astype(jnp.int32)
+    buckets = jnp.zeros_like(rel)
+    n = num_buckets
+    if bidirectional:
+        n = num_buckets // 2
+        buckets = buckets + jnp.where(rel > 0, n, 0).astype(jnp.int32)
+        dist = jnp.abs(rel)
+    else:
+        dist = -jnp.minimum(rel, 0)
+    # Clamp before the log so dist=0 (handled by the exact branch) never produces -inf.
+    safe = jnp.maximum(dist, 1).astype(jnp.float32)
+    # Same operation order as T5 / HF: log(d / max_exact) / log(max_distance / max_exact) * (n -
+    # max_exact), all in float32, truncated toward zero.
+    log_ratio = jnp.float32(math.log(max_distance / max_exact))
+    frac = jnp.log(safe / jnp.float32(max_exact)) / log_ratio * jnp.float32(n - max_exact)
+    large = max_exact + frac.astype(jnp.int32)
+    large = jnp.minimum(large, n - 1)
+    return buckets + jnp.where(dist < max_exact, dist, large)
+
+
+def t5_init(key, *, num_buckets: int, num_heads: int, stddev: float = 0.02) -> jax.Array:
+    """A fresh T5 bias table drawn from N(0, stddev^2): float32 [num_buckets, H]."""
+    num_buckets = require_int(num_buckets, "num_buckets", minimum=2)
+    num_heads = require_int(num_heads, "num_heads", minimum=1)
+    return stddev * jax.random.normal(key, (num_buckets, num_heads), jnp.float32)
+
+
+def t5_bias(table, q_positions, k_positions, *, bidirectional: bool, num_buckets: int,
+            max_distance: int) -> jax.Array:
+    """T5 relative position bias: table[bucket(k_pos - q_pos)] per head.
+
+    Args:
+      table: [num_buckets, H] (any float dtype).
+      q_positions: integer [..., Lq]; k_positions: integer [..., Lk] (leading dims broadcast).
+      bidirectional, num_buckets, max_distance: as in `t5_bucket`.
+
+    Returns:
+      [..., H, Lq, Lk] in table.dtype ([H, Lq, Lk] for 1-D positions, [B, H, Lq, Lk] for
+      [B, L] positions).
+
+    Raises:
+      ValueError: table.shape[0] != num_buckets or a table that is not 2-D; see `t5_bucket`.
+      TypeError: non-integer positions.
+    """
+    table = jnp.asarray(table)
+    if table.ndim != 2 or table.shape[0] != num_buckets:
+        raise ValueError(
+            f"T5 table must be [num_buckets={num_buckets}, H], got shape {table.shape}"
+        )
+    buckets = t5_bucket(relative_positions(q_positions, k_positions),
+                        bidirectional=bidirectional, num_buckets=num_buckets,
+                        max_distance=max_distance)                 # [..., Lq, Lk]
+    values = jnp.take(table.T, buckets, axis=1)                    # [H, ..., Lq, Lk]
+    return jnp.moveaxis(values, 0, -3)                             # [..., H, Lq, Lk]
+
+
+def shaw_init(key, *, max_relative_position: int, head_dim: int,
+              stddev: float = 0.02) -> jax.Array:
+    """Shaw et al.'s 2K + 1 relative embeddings from N(0, stddev^2): float32 [2K + 1, D].
+
+    Row r holds a_{r - K}, the embedding of relative position r - K (k_pos - q_pos).
+
+    Raises:
+      ValueError: max_relative_position (K) < 1 or head_dim < 1.
+    """
+    k = require_int(max_relative_position, "max_relative_position", minimum=1)
+    d = require_int(head_dim, "head_dim", minimum=1)
+    return stddev * jax.random.normal(key, (2 * k + 1, d), jnp.float32)
+
+
+def shaw_bias(table, q, q_positions, k_positions, *, max_relative_position: int) -> jax.Array:
+    """Shaw et al.'s score term q_i . a_{clip(k_pos_j - q_pos_i, -K, K)}.
+
+    Computed without materialising [Lq, Lk, D]: first qa = q . a_r for all 2K + 1 rows
+    ([B, H, Lq, 2K + 1], one small matmul), then a gather with the clipped index.
+
+    The caller passes q already multiplied by the softmax scale (e.g. 1 / sqrt(D)), so the
+    result is exactly the term added to the attention logits.
+
+    Args:
+      table: [2K + 1, D] (from `shaw_init`).
+      q: [B, Lq, H, D] (any leading dims [..., Lq, H, D]).
+      q_positions: integer [Lq] or [B, Lq]; k_positions: integer [Lk] or [B, Lk].
+      max_relative_position: K >= 1.
+
+    Returns:
+      [B, H, Lq, Lk] in the promoted dtype of q and table.
+
+    Raises:
+      ValueError: K < 1, table rows != 2K + 1, table width != D, q not [..., Lq, H, D].
+      TypeError: non-integer positions.
+    """
+    k = require_int(max_relative_position, "max_relative_position", minimum=1)
+    table, q = jnp.asarray(table), jnp.asarray(q)
+    if table.ndim != 2 or table.shape[0] != 2 * k + 1:
+        raise ValueError(
+            f"Shaw table must have 2K+1={2 * k + 1} rows for max_relative_position={k}, "
+            f"got shape {table.shape}"
+        )
+    if q.ndim < 3 or table.shape[1] != q.shape[-1]:
+        raise ValueError(
+            f"Shaw table width {table.shape[1]} must equal q's head dim D; q must be "
+            f"[..., Lq, H, D], got q shape {q.shape}"
+        )
+    qa = jnp.einsum("...qhd,rd->...hqr", q, table)                # [..., H, Lq, 2K+1]
+    idx = jnp.clip(relative_positions(q_positions, k_positions), -k, k) + k  # [.., Lq, Lk]
+    idx = idx[..., None, :, :]                                    # [.., 1, Lq, Lk]
+    rank = max(idx.ndim, qa.ndim)
+    idx = idx.reshape((1,) * (rank - idx.ndim) + idx.shape)
+    qa = qa.reshape((1,) * (rank - qa.ndim) + qa.shape)
+    out_shape = jnp.broadcast_shapes(qa.shape[:-1], idx.shape[:-1]) + idx.shape[-1:]
+    idx = jnp.broadcast_to(idx, out_shape)
+    qa = jnp.broadcast_to(qa, out_shape[:-1] + qa.shape[-1:])
+    return jnp.take_along_axis(qa, idx, axis=-1)                 # [..., H, Lq, Lk]

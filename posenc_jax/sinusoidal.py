@@ -1,0 +1,77 @@
+"""Sinusoidal absolute positional encoding (Vaswani et al. 2017, "Attention is all you need").
+
+    PE[..., 2i]   = sin(pos / base^(2i / dim))
+    PE[..., 2i+1] = cos(pos / base^(2i / dim))
+
+The sine/cosine pairs are interleaved, as in the paper and the seed table of issue 2. Angles
+are always computed in float32; the encoding is float32 (cast it to the activation dtype
+when adding it). Because each pair (sin a, cos a) rotates rigidly when pos shifts by k,
+PE(pos + k) = PE(pos) @ M_k for a fixed block-diagonal rotation M_k (`shift_matrix`).
+
+Shapes: L length, E = dim the embedding width; positions are [..., L].
+"""
+
+from __future__ import annotations
+
+import numbers
+
+import jax.numpy as jnp
+
+__all__ = ["encode", "frequencies", "shift_matrix"]
+
+
+def _check(dim: int, base: float) -> None:
+    if isinstance(dim, bool) or not isinstance(dim, numbers.Integral) or dim < 2 or dim % 2:
+        raise ValueError(f"dim must be an even int >= 2, got dim={dim!r}")
+    if not base > 0:
+        raise ValueError(f"base must be > 0, got base={base!r}")
+
+
+def frequencies(dim: int, *, base: float = 10000.0) -> jnp.ndarray:
+    """Angular frequencies 1 / base^(2i/dim) for i = 0..dim/2-1, float32 [dim // 2]."""
+    _check(dim, base)
+    exponents = jnp.arange(0, dim, 2, dtype=jnp.float32) / jnp.float32(dim)
+    return 1.0 / (jnp.float32(base) ** exponents)
+
+
+def encode(positions, dim: int, *, base: float = 10000.0) -> jnp.ndarray:
+    """Sinusoidal encoding of explicit positions.
+
+    Args:
+      positions: int or float array [..., L] (any leading dims; computed in float32).
+      dim: embedding width E, even and >= 2.
+      base: wavelength base (> 0), 10000 in the paper.
+
+    Returns:
+      float32 [..., L, E] with sin at even and cos at odd feature indices.
+
+    Raises:
+      ValueError: odd or < 2 `dim`, non-positive `base`.
+    """
+    freq = frequencies(dim, base=base)                          # [E/2]
+    pos = jnp.asarray(positions).astype(jnp.float32)[..., None]         # [..., L, 1]
+    angles = pos * freq.reshape((1,) * (pos.ndim - 1) + freq.shape)     # [..., L, E/2]
+    pe = jnp.stack([jnp.sin(angles), jnp.cos(angles)], axis=-1)  # [..., L, E/2, 2]
+    return pe.reshape(*pe.shape[:-2], dim)
+
+
+def shift_matrix(k, dim: int, *, base: float = 10000.0) -> jnp.ndarray:
+    """The fixed linear map M_k with encode(pos + k) = encode(pos) @ M_k, float32 [E, E].
+
+    For each pair (s, c) = (sin a, cos a) with frequency w, shifting by k gives
+    (s cos kw + c sin kw, c cos kw - s sin kw), i.e. the row vector [s, c] times the 2x2
+    block [[cos kw, -sin kw], [sin kw, cos kw]]. M_k is block diagonal with those blocks and
+    does not depend on pos.
+
+    Args:
+      k: scalar shift (int or float).
+      dim: embedding width E, even and >= 2.
+      base: wavelength base (> 0).
+    """
+    freq = frequencies(dim, base=base)                         # [E/2]
+    a = jnp.asarray(k, jnp.float32) * freq
+    c, s = jnp.cos(a), jnp.sin(a)
+    blocks = jnp.stack([jnp.stack([c, -s], -1), jnp.stack([s, c], -1)], -2)  # [E/2, 2, 2]
+    eye = jnp.eye(dim // 2, dtype=jnp.float32)                                # [E/2, E/2]
+    m = eye[:, None, :, None] * blocks[:, :, None, :]                         # [E/2,2,E/2,2]
+    return m.reshape(dim, dim)
