@@ -1,0 +1,146 @@
+"""Blockwise (flash-style) attention in pure JAX: online softmax, bias computed per block.
+
+Queries are cut into blocks of `block_q` rows and keys into blocks of `block_k` columns. For
+each query block a `lax.scan` runs over the key blocks keeping the running row maximum m, the
+running normaliser l and the unnormalised output acc (Milakov & Gimelshein 2018; Dao et al.
+2022):
+
+    s      = q_blk k_blk^T * scale + bias(q_pos_blk, k_pos_blk)    masked entries -> -1e30
+    m'     = max(m, rowmax(s));   p = exp(s - m') (0 where masked)
+    l'     = exp(m - m') l + rowsum(p);   acc' = exp(m - m') acc + p v_blk
+    out    = acc / l        (0 where l == 0: a row that sees no key gives zeros, not NaN)
+
+The encoding's bias hook is called on the block's own positions, so only [B, H, block_q,
+block_k] is ever live: ALiBi, T5 and Shaw never build [H, Lq, Lk] and memory is linear in the
+length. A key block that the mask hides entirely (e.g. above the causal diagonal, or unfilled
+cache slots) is skipped with `lax.cond`, which halves the work of causal attention.
+
+Lengths that are not multiples of the block sizes are padded (padded keys masked, padded query
+rows dropped). For reverse-mode AD both loop bodies are `jax.checkpoint`ed: the backward pass
+recomputes each block instead of storing [Lq, Lk] residuals, so gradients also take memory
+linear in the length (at the cost of about one extra forward pass).
+
+Shapes: B batch, Lq / Lk lengths, H query heads, K kv heads, G = H // K, D head dim.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from posenc_jax.attention import build_mask, encoding_bias
+from posenc_jax.encoding import Encoding
+
+__all__ = ["attend_blockwise"]
+
+Array = jax.Array
+_NEG = -1e30  # a finite "minus infinity": exp(_NEG - m) underflows to 0, never NaN
+
+
+def _pad(x: Array | None, axis: int, size: int, value=0) -> Array | None:
+    if x is None or x.shape[axis] == size:
+        return x
+    widths = [(0, 0)] * x.ndim
+    widths[axis] = (0, size - x.shape[axis])
+    return jnp.pad(x, widths, constant_values=value)
+
+
+def _blocks(x: Array | None, axis: int, block: int) -> Array | None:
+    """Splits `axis` (a multiple of `block`) into [n, ..., block, ...] with n leading."""
+    if x is None:
+        return None
+    n = x.shape[axis] // block
+    x = x.reshape(x.shape[:axis] + (n, block) + x.shape[axis + 1:])
+    return jnp.moveaxis(x, axis, 0)
+
+
+def attend_blockwise(q: Array, k: Array, v: Array, *, encoding: Encoding, params: Any,
+                     q_positions: Array, k_positions: Array, causal: bool,
+                     q_segment_ids: Array | None, k_segment_ids: Array | None,
+                     k_mask: Array | None, block_q: int, block_k: int) -> Array:
+    """Online-softmax attention; same contract as `posenc_jax.attention.attend`.
+
+    Args:
+      q: [B, Lq, H, D]; k, v: [B, Lk, K, D].
+      q_positions, q_segment_ids: [B|1, Lq]; k_positions, k_segment_ids, k_mask: [B|1, Lk]
+        (already validated and made 2-D by `attend`; segment ids and k_mask may be None).
+      block_q, block_k: block sizes (>= 1), clipped to Lq and Lk.
+
+    Returns:
+      [B, Lq, H, D] in q.dtype.
+    """
+    for name, value in (("block_q", block_q), ("block_k", block_k)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be an int >= 1, got {name}={value!r}")
+    b, lq, h, d = q.shape
+    lk, kh = k.shape[1], k.shape[2]
+    g = h // kh
+    bq, bk = min(block_q, lq), min(block_k, lk)
+    nq, nk = -(-lq // bq), -(-lk // bk)
+    scale = 1.0 / math.sqrt(d)
+
+    # Key validity: the caller's k_mask and the padding; None when every key is visible.
+    valid = None
+    if k_mask is not None or nk * bk != lk:
+        valid = jnp.arange(nk * bk)[None, :] < lk
+        if k_mask is not None:
+            valid = jnp.logical_and(valid, _pad(k_mask.astype(bool), 1, nk * bk, False))
+    has_mask = causal or q_segment_ids is not None or valid is not None
+
+    q_blk = _blocks(_pad(q, 1, nq * bq), 1, bq)                              # [nq, B, bq, H, D]
+    qp_blk = _blocks(_pad(q_positions, 1, nq * bq), 1, bq)                   # [nq, P, bq]
+    qs_blk = _blocks(_pad(q_segment_ids, 1, nq * bq), 1, bq)
+    k_blk = _blocks(_pad(k, 1, nk * bk), 1, bk)                              # [nk, B, bk, K, D]
+    v_blk = _blocks(_pad(v, 1, nk * bk), 1, bk)
+    kp_blk = _blocks(_pad(k_positions, 1, nk * bk), 1, bk)                   # [nk, P, bk]
+    ks_blk = _blocks(_pad(k_segment_ids, 1, nk * bk), 1, bk)
+    valid_blk = _blocks(valid, 1, bk)
+
+    def key_step(carry, xs, qb, qpb, qsb):
+        kb, vb, kpb, ksb, vmb = xs
+        mask = build_mask(qpb, kpb, causal=causal, q_segment_ids=qsb, k_segment_ids=ksb,
+                          k_mask=vmb) if has_mask else None               # [B|1, 1, bq, bk]
+
+        def update(carry):
+            m, l, acc = carry                   # [B, K, G, bq], same, [B, K, G, bq, D] f32
+            qg = qb.reshape(b, bq, kh, g, d)
+            s = jnp.einsum("bqkgd,bskd->bkgqs", qg, kb,
+                           preferred_element_type=jnp.float32) * jnp.float32(scale)
+            bias = encoding_bias(encoding, params, qpb, kpb, (qb * scale).astype(qb.dtype), h)
+            if bias is not None:                                          # [B|1, H, bq, bk]
+                s = s + bias.reshape(bias.shape[0], kh, g, bq, bk)
+            if mask is not None:
+                m5 = mask[:, :, None]                                     # [B|1, 1, 1, bq, bk]
+                s = jnp.where(m5, s, jnp.float32(_NEG))
+            m_new = jnp.maximum(m, jnp.max(s, axis=-1))
+            p = jnp.exp(s - m_new[..., None])
+            if mask is not None:
+                p = jnp.where(m5, p, jnp.float32(0.0))
+            alpha = jnp.exp(m - m_new)
+            l_new = alpha * l + jnp.sum(p, axis=-1)
+            pv = jnp.einsum("bkgqs,bskd->bkgqd", p.astype(vb.dtype), vb,
+                            preferred_element_type=jnp.float32)
+            return m_new, l_new, alpha[..., None] * acc + pv
+
+        if mask is None:
+            return update(carry), None
+        return jax.lax.cond(jnp.any(mask), update, lambda c: c, carry), None
+
+    def query_block(xs):
+        qb, qpb, qsb = xs
+        init = (jnp.full((b, kh, g, bq), _NEG, jnp.float32),
+                jnp.zeros((b, kh, g, bq), jnp.float32),
+                jnp.zeros((b, kh, g, bq, d), jnp.float32))
+        step = jax.checkpoint(lambda c, x: key_step(c, x, qb, qpb, qsb), prevent_cse=False)
+        (_, l, acc), _ = jax.lax.scan(step, init, (k_blk, v_blk, kp_blk, ks_blk, valid_blk))
+        seen = l > 0
+        out = jnp.where(seen[..., None], acc / jnp.where(seen, l, 1.0)[..., None], 0.0)
+        out = out.reshape(b, h, bq, d)                                   # head h = k * G + g
+        return jnp.transpose(out, (0, 2, 1, 3)).astype(q.dtype)           # [B, bq, H, D]
+
+    out = jax.lax.map(jax.checkpoint(query_block, prevent_cse=False), (q_blk, qp_blk, qs_blk))
+    out = jnp.moveaxis(out, 0, 1).reshape(b, nq * bq, h, d)
+    return out[:, :lq]

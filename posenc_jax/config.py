@@ -1,0 +1,229 @@
+"""`TransformerConfig`: the decoder LM's hyperparameters, validated at construction.
+
+A frozen (hashable) dataclass, so a config can be a static `jax.jit` argument. Dict-valued
+fields (`encoding_kwargs`, the kwargs inside `layer_encodings`) are frozen into hashable
+tuples on construction; the built encodings are available as `config.input_encoding` and
+`config.layer_encoding(i)`.
+
+Encodings: `encoding` (+ `encoding_kwargs`) is the model's encoding. Its `embed` hook is
+applied once, to the scaled token embeddings at the input (sinusoidal, learned); every layer
+calls the `rotate` and `bias` hooks of its own encoding, which is `encoding` unless
+`layer_encodings` names one per layer -- e.g. Llama 4's interleaving, RoPE on three layers of
+four and NoPE on the fourth:
+
+    TransformerConfig(..., encoding="nope",
+                      layer_encodings=["rope", "rope", "rope", "nope"] * (num_layers // 4))
+
+Each entry is a name or a `(name, kwargs)` pair. Additive encodings (sinusoidal, learned)
+cannot be per-layer: they act only at the input (set them as `encoding`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+import jax.numpy as jnp
+
+from posenc_jax.attention import DENSE_BACKENDS, IMPLEMENTATIONS, check_implementation
+from posenc_jax.encoding import Encoding, for_model
+
+__all__ = ["TransformerConfig", "freeze", "thaw"]
+
+MLP_ACTIVATIONS = ("swiglu", "gelu")
+
+
+class _FrozenDict(tuple):
+    """A hashable dict: a sorted tuple of (key, frozen value) pairs."""
+
+    __slots__ = ()
+
+    def __repr__(self):
+        return repr(thaw(self))
+
+
+def freeze(value: Any) -> Any:
+    """Dicts (and ConfigDicts) -> `_FrozenDict`, lists -> tuples, recursively: hashable."""
+    if hasattr(value, "to_dict") and callable(value.to_dict):  # ml_collections.ConfigDict
+        value = value.to_dict()
+    if isinstance(value, _FrozenDict):
+        return value
+    if isinstance(value, Mapping):
+        return _FrozenDict(sorted((str(k), freeze(v)) for k, v in value.items()))
+    if isinstance(value, (list, tuple)):
+        return tuple(freeze(v) for v in value)
+    return value
+
+
+def thaw(value: Any) -> Any:
+    """Inverse of `freeze`: `_FrozenDict` -> dict, tuples -> lists."""
+    if isinstance(value, _FrozenDict):
+        return {k: thaw(v) for k, v in value}
+    if isinstance(value, tuple):
+        return [thaw(v) for v in value]
+    return value
+
+
+def _freeze_kwargs(value: Any, what: str) -> _FrozenDict:
+    """A dict of hyperparameters (or a ConfigDict, or (key, value) pairs), frozen."""
+    value = thaw(freeze(value or {}))
+    if isinstance(value, list):  # (key, value) pairs
+        try:
+            value = dict(value)
+        except (TypeError, ValueError):
+            raise ValueError(f"{what} must be a dict, got {value!r}") from None
+    if not isinstance(value, dict):
+        raise ValueError(f"{what} must be a dict, got {value!r}")
+    return freeze(value)
+
+
+def _positive_int(name: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be a positive int, got {name}={value!r}")
+
+
+def _float_dtype(name: str, value: Any) -> str:
+    try:
+        dt = jnp.dtype(value)
+    except TypeError:
+        raise ValueError(f"{name} must be a float dtype, got {name}={value!r}") from None
+    if not jnp.issubdtype(dt, jnp.floating):
+        raise ValueError(f"{name} must be a float dtype (e.g. 'float32', 'bfloat16'), got "
+                         f"{name}={value!r}")
+    return dt.name
+
+
+@dataclasses.dataclass(frozen=True)
+class TransformerConfig:
+    """Hyperparameters of `posenc_jax.transformer.Transformer` (validated on construction).
+
+    Attributes:
+      vocab_size: V. num_layers: number of blocks. embed_dim: E. num_heads: H.
+      mlp_dim: the MLP's hidden width F.
+      num_kv_heads: K for grouped-query attention (None -> H; must divide H).
+      head_dim: D (None -> E // H, which then requires H | E).
+      mlp_activation: "swiglu" or "gelu".
+      encoding, encoding_kwargs: the model's positional encoding, by name (see module doc).
+      layer_encodings: None, or one entry per layer: a name or (name, kwargs).
+      attention: "dense" or "blockwise"; block_size: the blockwise block (queries and keys;
+        128-256 was fastest on a 2-core CPU, see benchmarks/attention.py).
+      causal: decoder (True) or bidirectional attention.
+      tie_embeddings: the output projection is the token embedding's transpose.
+      dtype: activation/compute dtype; param_dtype: parameter storage dtype.
+      norm_eps: RMSNorm epsilon. dense_backend: None, "xla" or "cudnn" (dense attention).
+    """
+
+    vocab_size: int
+    num_layers: int
+    embed_dim: int
+    num_heads: int
+    mlp_dim: int
+    num_kv_heads: int | None = None
+    head_dim: int | None = None
+    mlp_activation: str = "swiglu"
+    encoding: str = "rope"
+    encoding_kwargs: Any = ()
+    layer_encodings: Any = None
+    attention: str = "dense"
+    block_size: int = 256
+    causal: bool = True
+    tie_embeddings: bool = True
+    dtype: Any = "float32"
+    param_dtype: Any = "float32"
+    norm_eps: float = 1e-6
+    dense_backend: str | None = None
+
+    def __post_init__(self):
+        def set_(key, value):
+            object.__setattr__(self, key, value)
+
+        for name in ("vocab_size", "num_layers", "embed_dim", "num_heads", "mlp_dim"):
+            _positive_int(name, getattr(self, name))
+        if self.head_dim is None:
+            if self.embed_dim % self.num_heads:
+                raise ValueError(f"embed_dim={self.embed_dim} must be divisible by num_heads="
+                                 f"{self.num_heads} (or give head_dim explicitly)")
+            set_("head_dim", self.embed_dim // self.num_heads)
+        _positive_int("head_dim", self.head_dim)
+        if self.num_kv_heads is None:
+            set_("num_kv_heads", self.num_heads)
+        _positive_int("num_kv_heads", self.num_kv_heads)
+        if self.num_heads % self.num_kv_heads:
+            raise ValueError(f"num_heads={self.num_heads} must be divisible by num_kv_heads="
+                             f"{self.num_kv_heads}")
+        if self.mlp_activation not in MLP_ACTIVATIONS:
+            raise ValueError(f"unknown mlp_activation {self.mlp_activation!r}; valid: "
+                             f"{', '.join(map(repr, MLP_ACTIVATIONS))}")
+        if self.attention not in IMPLEMENTATIONS or self.dense_backend not in DENSE_BACKENDS:
+            check_implementation(self.attention, self.dense_backend)
+        _positive_int("block_size", self.block_size)
+        set_("dtype", _float_dtype("dtype", self.dtype))
+        set_("param_dtype", _float_dtype("param_dtype", self.param_dtype))
+        if not self.norm_eps > 0:
+            raise ValueError(f"norm_eps must be > 0, got norm_eps={self.norm_eps!r}")
+        set_("encoding_kwargs", _freeze_kwargs(self.encoding_kwargs, "encoding_kwargs"))
+        set_("layer_encodings", self._freeze_layers(self.layer_encodings))
+        # Build (and so validate) every encoding now; cached outside the dataclass fields.
+        encs = {}
+        for entry in dict.fromkeys([(self.encoding, self.encoding_kwargs),
+                                    *(self.layer_encodings or ())]):
+            encs[entry] = self._build(*entry)
+        object.__setattr__(self, "_encodings", encs)
+        for i, entry in enumerate(self.layer_encodings or ()):
+            if encs[entry].has_embed:
+                raise ValueError(
+                    f"layer_encodings[{i}]={entry[0]!r} is additive (an embed hook); additive "
+                    f"encodings act only at the input: set encoding={entry[0]!r} instead")
+
+    def _freeze_layers(self, layers: Any) -> tuple | None:
+        if layers is None:
+            return None
+        if isinstance(layers, str) or not hasattr(layers, "__len__"):
+            raise ValueError(f"layer_encodings must be a sequence of num_layers={self.num_layers}"
+                             f" entries, got {layers!r}")
+        if len(layers) != self.num_layers:
+            raise ValueError(f"layer_encodings has {len(layers)} entries but num_layers="
+                             f"{self.num_layers}")
+        out = []
+        for i, entry in enumerate(layers):
+            if isinstance(entry, str):
+                out.append((entry, freeze({})))
+            elif isinstance(entry, (list, tuple)) and len(entry) == 2 and isinstance(entry[0],
+                                                                                       str):
+                out.append((entry[0], _freeze_kwargs(entry[1], f"layer_encodings[{i}] kwargs")))
+            else:
+                raise ValueError(f"layer_encodings[{i}] must be a name or (name, kwargs), got "
+                                 f"{entry!r}")
+        return tuple(out)
+
+    def _build(self, name: str, kwargs: Any) -> Encoding:
+        kwargs = thaw(kwargs)
+        if name == "learned":  # start the table at the scale of the sqrt(E)-scaled tokens
+            kwargs.setdefault("stddev", 1.0)
+        dims = {"embed_dim": self.embed_dim, "num_heads": self.num_heads,
+                "head_dim": self.head_dim}
+        for key, value in dims.items():  # for_model cannot take these twice as keywords
+            if key in kwargs and (given := kwargs.pop(key)) != value:
+                raise ValueError(f"encoding {name!r}: {key}={given} does not match the model's "
+                                 f"{key}={value}")
+        enc = for_model(name, **dims, **kwargs)
+        enc.check_model(embed_dim=self.embed_dim, num_heads=self.num_heads,
+                        head_dim=self.head_dim)
+        return enc
+
+    @property
+    def input_encoding(self) -> Encoding:
+        """The encoding whose `embed` hook acts at the input."""
+        return self._encodings[(self.encoding, self.encoding_kwargs)]
+
+    def layer_encoding(self, i: int) -> Encoding:
+        """The encoding whose `rotate` and `bias` hooks layer `i` calls."""
+        entry = ((self.encoding, self.encoding_kwargs) if self.layer_encodings is None
+                 else self.layer_encodings[i])
+        return self._encodings[entry]
+
+    @property
+    def is_length_dependent(self) -> bool:
+        """True when some layer's rotation depends on the sequence length (dynamic, LongRoPE)."""
+        return any(self.layer_encoding(i).is_length_dependent for i in range(self.num_layers))

@@ -1,0 +1,293 @@
+"""A decoder-only language model in Flax NNX with a pluggable positional encoding.
+
+    model = Transformer(TransformerConfig(vocab_size=256, num_layers=4, embed_dim=256,
+                                          num_heads=8, mlp_dim=1024, encoding="alibi"),
+                        rngs=nnx.Rngs(0))
+    logits = model(tokens)                          # tokens int [B, L] -> float32 [B, L, V]
+    logits = model(tokens, positions, segment_ids=segment_ids)      # packed documents
+    logits, cache = model(tokens, positions, cache=cache)           # KV-cache prefill / decode
+
+Pre-norm blocks (RMSNorm -> attention -> residual, RMSNorm -> SwiGLU or GELU MLP ->
+residual), optional grouped-query attention, tied or untied embeddings. Positions enter only
+through the three hooks of `posenc_jax.encoding`: `embed` once at the input, `rotate` on q/k
+and `bias` on the scores in every layer (each layer has its own encoding and params, e.g. its
+own T5 or Shaw table). Positions default to `arange(L)`; pass them explicitly for packing,
+offsets or decoding. See `posenc_jax.config` for the config and `posenc_jax.kv_cache` for the
+cache (`init_cache`) and its regime policy under length-dependent RoPE scaling.
+
+Embedding scale: token embeddings are drawn from N(0, 1/E) and multiplied by sqrt(E) at the
+input (Vaswani et al.; Gemma), so their entries have unit variance -- the same magnitude as a
+sinusoidal PE (entries in [-1, 1]) or a learned PE (initialised with stddev 1 here); the tied
+output projection then starts with unit-variance logits.
+
+Sharding (logical axis names). Every parameter carries logical axis names in its
+`out_sharding` metadata, and the main activations are constrained with
+`flax.linen.with_logical_constraint`; without rules and a mesh both are no-ops. Names:
+
+    batch, length          activations only
+    embed (E), vocab (V), heads (H), kv_heads (K), kv (D, the head dim), mlp (F)
+    table                  rows of an encoding's table (learned PE, T5 buckets, Shaw)
+
+`LOGICAL_AXES` lists them; a rule set must map every name (to a mesh axis or None);
+`complete_rules(rules)` adds `(name, None)` for those a rule set leaves out. A trainer:
+
+    rules = complete_rules((("batch", ("data", "fsdp")), ("embed", "fsdp"),
+                            ("heads", "tensor"), ("mlp", "tensor"), ("vocab", "tensor")))
+    mesh = jax.make_mesh((2, 2, 2), ("data", "fsdp", "tensor"),
+                         axis_types=(jax.sharding.AxisType.Auto,) * 3)
+    with jax.set_mesh(mesh), nnx.logical_axis_rules(rules):
+        model = Transformer(config, rngs=nnx.Rngs(0))      # params created already sharded
+        state = nnx.state(model, nnx.Param)
+        pspecs = nnx.get_partition_spec(state)             # mesh PartitionSpecs, by the rules
+        shardings = nnx.get_named_sharding(state, mesh)    # for jit in/out_shardings
+        # ... and trace/run the jitted train step inside the same `with` (the activation
+        # constraints read the rules and the mesh at trace time).
+
+Params are sharded at creation only when a mesh and rules are both set (otherwise they are
+plain arrays and `nnx.get_partition_spec` under the rules still gives the specs; e.g.
+`nnx.eval_shape(lambda: Transformer(config, rngs=nnx.Rngs(0)))` for an abstract model).
+Without rules, `nnx.get_partition_spec` returns the logical names themselves. The mesh axes
+must be Auto (`jax.make_mesh` defaults to Explicit in this JAX version).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from flax import linen as nn
+from flax import nnx
+from flax.core import meta as flax_meta
+from flax.core import spmd as flax_spmd
+
+from posenc_jax import kv_cache
+from posenc_jax.attention import attend
+from posenc_jax.config import TransformerConfig
+from posenc_jax.encoding import Encoding
+from posenc_jax.generate import generate
+from posenc_jax.kv_cache import KVCache, init_cache
+
+__all__ = ["Transformer", "TransformerConfig", "KVCache", "init_cache", "generate",
+           "LOGICAL_AXES", "complete_rules"]
+
+Array = jax.Array
+LOGICAL_AXES = ("batch", "length", "embed", "vocab", "heads", "kv_heads", "kv", "mlp", "table")
+# Logical axes of each encoding's params (anything else is replicated).
+_PE_AXES = {"table": {"learned": ("table", "embed"), "t5": ("table", "heads"),
+                      "shaw": ("table", "kv")}}
+
+
+def complete_rules(rules) -> tuple:
+    """`rules` plus `(name, None)` for every name of `LOGICAL_AXES` it does not map."""
+    rules = tuple((str(a), b) for a, b in rules)
+    mapped = {a for a, _ in rules}
+    return rules + tuple((a, None) for a in LOGICAL_AXES if a not in mapped)
+
+
+def constrain(x: Array, names: tuple) -> Array:
+    """Logical sharding constraint (no-op without logical axis rules and a mesh)."""
+    return nn.with_logical_constraint(x, names)
+
+
+def _eager_sharding() -> bool:
+    return flax_meta.get_global_mesh() is not None and bool(flax_spmd.get_logical_axis_rules())
+
+
+def _param(value: Array, names: tuple, dtype) -> nnx.Param:
+    return nnx.Param(value.astype(dtype), out_sharding=names, eager_sharding=_eager_sharding())
+
+
+def _normal(key, shape, fan_in: int) -> Array:
+    """N(0, 1 / fan_in) in float32."""
+    return jax.random.normal(key, shape, jnp.float32) / math.sqrt(fan_in)
+
+
+class RMSNorm(nnx.Module):
+    """x / rms(x) * scale over the last axis (computed in float32). x: [..., E]."""
+
+    def __init__(self, dim: int, *, eps: float, param_dtype):
+        self.eps = eps
+        self.scale = _param(jnp.ones((dim,)), ("embed",), param_dtype)
+
+    def __call__(self, x: Array) -> Array:
+        xf = x.astype(jnp.float32)
+        y = xf * jax.lax.rsqrt(jnp.mean(xf * xf, axis=-1, keepdims=True) + self.eps)
+        scale = self.scale[...].astype(jnp.float32)
+        return (y * scale.reshape((1,) * (y.ndim - 1) + scale.shape)).astype(x.dtype)
+
+
+def encoding_params(encoding: Encoding, key: Array, param_dtype) -> nnx.Dict:
+    """The encoding's params pytree as an `nnx.Dict` of `nnx.Param`s with logical names."""
+    out = {}
+    for name, value in encoding.init(key).items():
+        names = _PE_AXES.get(name, {}).get(encoding.name, (None,) * jnp.ndim(value))
+        out[name] = _param(jnp.asarray(value), names, param_dtype)
+    return nnx.Dict(out)
+
+
+def _values(params: nnx.Dict) -> dict[str, Array]:
+    """The raw arrays of an encoding's params (kept in param_dtype; the hooks upcast)."""
+    return {k: v[...] for k, v in params.items()}
+
+
+class Attention(nnx.Module):
+    """Self-attention that calls its encoding's rotate and bias hooks; caches rotated keys."""
+
+    def __init__(self, config: TransformerConfig, encoding: Encoding, *, rngs: nnx.Rngs):
+        e, h, kh, d = config.embed_dim, config.num_heads, config.num_kv_heads, config.head_dim
+        pd = config.param_dtype
+        self.config, self.encoding = config, encoding
+        self.q_proj = _param(_normal(rngs.params(), (e, h, d), e), ("embed", "heads", "kv"),
+                             pd)
+        self.k_proj = _param(_normal(rngs.params(), (e, kh, d), e),
+                             ("embed", "kv_heads", "kv"), pd)
+        self.v_proj = _param(_normal(rngs.params(), (e, kh, d), e),
+                             ("embed", "kv_heads", "kv"), pd)
+        self.o_proj = _param(_normal(rngs.params(), (h, d, e), h * d),
+                             ("heads", "kv", "embed"), pd)
+        self.pe = encoding_params(encoding, rngs.params(), pd)
+
+    def __call__(self, x: Array, positions: Array, segment_ids: Array | None,
+                 memory: kv_cache.Memory | None, layer: int) -> tuple[Array, Any]:
+        """x [B, T, E], positions [B|1, T] -> ([B, T, E], (k, v) buffers or None)."""
+        cfg, dt = self.config, self.config.dtype
+        pe = _values(self.pe)
+        q = jnp.einsum("bte,ehd->bthd", x, self.q_proj[...].astype(dt))
+        k = jnp.einsum("bte,ekd->btkd", x, self.k_proj[...].astype(dt))
+        v = jnp.einsum("bte,ekd->btkd", x, self.v_proj[...].astype(dt))
+        q = constrain(q, ("batch", "length", "heads", "kv"))
+        k = constrain(k, ("batch", "length", "kv_heads", "kv"))
+        v = constrain(v, ("batch", "length", "kv_heads", "kv"))
+        seq_positions = positions if memory is None else memory.seq_positions
+        q, k = kv_cache.rotate(self.encoding, pe, q, k, positions, seq_positions)
+        if memory is None:
+            k_all, v_all, new = k, v, None
+            kp, ks, km = positions, segment_ids, None
+        else:
+            k_all, v_all = memory.write(layer, k, v)
+            new = (k_all, v_all)
+            kp, ks, km = memory.positions, memory.segment_ids, memory.valid
+        out = attend(q, k_all, v_all, encoding=self.encoding, params=pe, q_positions=positions,
+                     k_positions=kp, causal=cfg.causal, q_segment_ids=segment_ids,
+                     k_segment_ids=ks, k_mask=km, implementation=cfg.attention,
+                     block_q=cfg.block_size, block_k=cfg.block_size,
+                     dense_backend=cfg.dense_backend)
+        out = constrain(out, ("batch", "length", "heads", "kv"))
+        return jnp.einsum("bthd,hde->bte", out, self.o_proj[...].astype(dt)), new
+
+
+class MLP(nnx.Module):
+    """SwiGLU (silu(x W_gate) * x W_up) W_down, or GELU(x W_up) W_down. [B, T, E] -> same."""
+
+    def __init__(self, config: TransformerConfig, *, rngs: nnx.Rngs):
+        e, f, pd = config.embed_dim, config.mlp_dim, config.param_dtype
+        self.config = config
+        if config.mlp_activation == "swiglu":
+            self.gate = _param(_normal(rngs.params(), (e, f), e), ("embed", "mlp"), pd)
+        self.up = _param(_normal(rngs.params(), (e, f), e), ("embed", "mlp"), pd)
+        self.down = _param(_normal(rngs.params(), (f, e), f), ("mlp", "embed"), pd)
+
+    def __call__(self, x: Array) -> Array:
+        dt = self.config.dtype
+        h = jnp.einsum("bte,ef->btf", x, self.up[...].astype(dt))
+        if self.config.mlp_activation == "swiglu":
+            h = jax.nn.silu(jnp.einsum("bte,ef->btf", x, self.gate[...].astype(dt))) * h
+        else:
+            h = jax.nn.gelu(h)
+        h = constrain(h, ("batch", "length", "mlp"))
+        return jnp.einsum("btf,fe->bte", h, self.down[...].astype(dt))
+
+
+class Block(nnx.Module):
+    """Pre-norm transformer block."""
+
+    def __init__(self, config: TransformerConfig, encoding: Encoding, *, rngs: nnx.Rngs):
+        kw = dict(eps=config.norm_eps, param_dtype=config.param_dtype)
+        self.attn_norm = RMSNorm(config.embed_dim, **kw)
+        self.attn = Attention(config, encoding, rngs=rngs)
+        self.mlp_norm = RMSNorm(config.embed_dim, **kw)
+        self.mlp = MLP(config, rngs=rngs)
+
+    def __call__(self, x, positions, segment_ids, memory, layer):
+        y, new = self.attn(self.attn_norm(x), positions, segment_ids, memory, layer)
+        x = constrain(x + y, ("batch", "length", "embed"))
+        x = constrain(x + self.mlp(self.mlp_norm(x)), ("batch", "length", "embed"))
+        return x, new
+
+
+class Transformer(nnx.Module):
+    """Decoder-only LM; see the module docstring. `Transformer(config, *, rngs)`."""
+
+    def __init__(self, config: TransformerConfig, *, rngs: nnx.Rngs):
+        if not isinstance(config, TransformerConfig):
+            raise TypeError(f"config must be a TransformerConfig, got {type(config).__name__}")
+        e, v, pd = config.embed_dim, config.vocab_size, config.param_dtype
+        self.config = config
+        self.embedding = _param(_normal(rngs.params(), (v, e), e), ("vocab", "embed"), pd)
+        self.input_pe = encoding_params(config.input_encoding, rngs.params(), pd)
+        self.layers = nnx.List([Block(config, config.layer_encoding(i), rngs=rngs)
+                                for i in range(config.num_layers)])
+        self.final_norm = RMSNorm(e, eps=config.norm_eps, param_dtype=pd)
+        if not config.tie_embeddings:
+            self.unembed = _param(_normal(rngs.params(), (e, v), e), ("embed", "vocab"), pd)
+
+    def __call__(self, tokens: Array, positions: Array | None = None, *,
+                 segment_ids: Array | None = None, cache: kv_cache.KVCache | None = None):
+        """Logits float32 [B, L, V] for tokens int [B, L] (and the new cache if one is given).
+
+        Args:
+          tokens: int [B, L].
+          positions: int [B, L] or [L]; default arange(L) (with a cache: the slots after the
+            cached ones, `cache.index + arange(L)`).
+          segment_ids: int [B, L] or [L]: tokens attend only within their segment (packing).
+          cache: a `KVCache` from `init_cache`: prefill (L > 1) and decode (L = 1) alike.
+        """
+        tokens = jnp.asarray(tokens)
+        if tokens.ndim != 2 or not jnp.issubdtype(tokens.dtype, jnp.integer):
+            raise ValueError(f"tokens must be an int array [B, L], got shape {tokens.shape} and "
+                             f"dtype {tokens.dtype}")
+        if cache is not None:
+            return kv_cache.step(self, tokens, positions, segment_ids, cache)
+        length = tokens.shape[1]
+        if positions is None:
+            max_len = self.config.input_encoding.max_positions
+            if max_len is not None and length > max_len:
+                raise ValueError(f"input length L={length} exceeds the {self.config.encoding} "
+                                 f"encoding's max_len={max_len} positions")
+            positions = jnp.arange(length, dtype=jnp.int32)
+        logits, _ = self.forward(tokens, positions, segment_ids, memory=None)
+        return logits
+
+    def forward(self, tokens: Array, positions: Array, segment_ids: Array | None, *,
+                memory: kv_cache.Memory | None) -> tuple[Array, list]:
+        """The forward pass proper: (logits float32 [B, T, V], per-layer (k, v) or Nones)."""
+        cfg, dt = self.config, self.config.dtype
+        b, t = tokens.shape
+        positions = jnp.asarray(positions)
+        if positions.ndim == 1:
+            positions = positions[None, :]
+        if positions.shape not in ((1, t), (b, t)):
+            raise ValueError(f"positions must be [L={t}] or [B={b}, L={t}], got shape "
+                             f"{positions.shape}")
+        if segment_ids is not None:
+            segment_ids = jnp.asarray(segment_ids)
+            segment_ids = segment_ids[None, :] if segment_ids.ndim == 1 else segment_ids
+            if segment_ids.shape not in ((1, t), (b, t)):
+                raise ValueError(f"segment_ids must be [L={t}] or [B={b}, L={t}], got shape "
+                                 f"{segment_ids.shape}")
+        emb = self.embedding[...]
+        x = jnp.take(emb, tokens, axis=0, mode="fill", fill_value=jnp.nan).astype(dt)
+        x = x * jnp.asarray(math.sqrt(cfg.embed_dim), dt)
+        x = cfg.input_encoding.embed(_values(self.input_pe), x, positions)
+        x = constrain(x.astype(dt), ("batch", "length", "embed"))
+        new = []
+        for i, layer in enumerate(self.layers):
+            x, kv = layer(x, positions, segment_ids, memory, i)
+            new.append(kv)
+        x = self.final_norm(x)
+        out = emb.T if cfg.tie_embeddings else self.unembed[...]
+        logits = jnp.einsum("bte,ev->btv", x, out.astype(dt),
+                            preferred_element_type=jnp.float32)
+        return constrain(logits, ("batch", "length", "vocab")), new
