@@ -26,17 +26,44 @@ from typing import TYPE_CHECKING
 from posenc_jax.encoding import Encoding, for_model, get, names, register
 
 __all__ = [
-    "Encoding", "for_model", "get", "names", "register",
-    "alibi", "attention", "blockwise", "encoding", "hf_config", "learned", "linen", "relative",
-    "rope", "rope_scaling", "sinusoidal", "transformer",
+    "Encoding",
+    "alibi",
+    "attention",
+    "blockwise",
+    "config",
+    "encoding",
+    "for_model",
+    "generate",
+    "get",
+    "hf_config",
+    "kv_cache",
+    "learned",
+    "linen",
+    "names",
+    "register",
+    "relative",
+    "rope",
+    "rope_scaling",
+    "schemes",
+    "sinusoidal",
+    "transformer",
 ]
 __version__ = "0.1.0"
 
 _SUBMODULES = frozenset(__all__[5:])
 
 if TYPE_CHECKING:  # pragma: no cover
-    from posenc_jax import (alibi, attention, learned, linen, relative, rope,  # noqa: F401
-                            rope_scaling, sinusoidal, transformer)
+    from posenc_jax import (
+        alibi,
+        attention,
+        learned,
+        linen,
+        relative,
+        rope,
+        rope_scaling,
+        sinusoidal,
+        transformer,
+    )
 
 
 def __getattr__(name: str):

@@ -201,13 +201,8 @@ class TransformerConfig:
         kwargs = thaw(kwargs)
         if name == "learned":  # start the table at the scale of the sqrt(E)-scaled tokens
             kwargs.setdefault("stddev", 1.0)
-        dims = {"embed_dim": self.embed_dim, "num_heads": self.num_heads,
-                "head_dim": self.head_dim}
-        for key, value in dims.items():  # for_model cannot take these twice as keywords
-            if key in kwargs and (given := kwargs.pop(key)) != value:
-                raise ValueError(f"encoding {name!r}: {key}={given} does not match the model's "
-                                 f"{key}={value}")
-        enc = for_model(name, **dims, **kwargs)
+        enc = for_model(name, kwargs, embed_dim=self.embed_dim, num_heads=self.num_heads,
+                        head_dim=self.head_dim)
         enc.check_model(embed_dim=self.embed_dim, num_heads=self.num_heads,
                         head_dim=self.head_dim)
         return enc
