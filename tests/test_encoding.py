@@ -1,0 +1,205 @@
+"""The three-hook interface and the registry: every scheme, the same contract.
+
+Properties proven for every registered encoding (DESIGN.md): each hook is jittable, gives the
+same result under `jax.jit` as without, is vmappable over the batch and differentiable
+w.r.t. its inputs and params; unused hooks are the identity / None; schemes are hashable
+(static under jit); the registry's errors name the valid choices.
+"""
+
+import dataclasses
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import posenc_jax
+from posenc_jax import encoding
+
+B, L, H, D = 2, 5, 4, 8
+E = H * D
+
+EXPECTED = ["alibi", "learned", "nope", "rope", "shaw", "sinusoidal", "t5"]
+
+
+def build(name):
+    return posenc_jax.for_model(name, embed_dim=E, num_heads=H, head_dim=D)
+
+
+def inputs(seed=0):
+    rng = np.random.default_rng(seed)
+    x = jnp.asarray(rng.standard_normal((B, L, E)), jnp.float32)
+    q = jnp.asarray(rng.standard_normal((B, L, H, D)), jnp.float32)
+    k = jnp.asarray(rng.standard_normal((B, L, H, D)), jnp.float32)
+    pos = jnp.asarray(np.stack([np.arange(L), np.arange(L) + 3]), jnp.int32)
+    return x, q, k, pos
+
+
+def all_hooks(enc, params, x, q, k, pos):
+    out = {"embed": enc.embed(params, x, pos)}
+    out["q"], out["k"] = enc.rotate(params, q, k, pos, pos)
+    bias = enc.bias(params, pos, pos, q=q * D**-0.5)
+    if bias is not None:
+        out["bias"] = bias
+    return out
+
+
+def test_names_lists_every_builtin_scheme():
+    assert posenc_jax.names() == EXPECTED
+
+
+def test_unknown_name_lists_the_valid_ones():
+    with pytest.raises(ValueError, match=r"Unknown encoding 'ropee'; valid names are: alibi, "
+                                         r"learned, nope, rope, shaw, sinusoidal, t5"):
+        posenc_jax.get("ropee")
+
+
+def test_unknown_hyperparameter_lists_the_accepted_ones():
+    with pytest.raises(ValueError, match=r"encoding 'alibi' got unknown hyperparameter\(s\) "
+                                         r"\['slope'\]; it takes: \['num_heads'\]"):
+        posenc_jax.get("alibi", num_heads=8, slope=0.5)
+
+
+def test_for_model_checks_dims_against_given_hyperparameters():
+    with pytest.raises(ValueError, match="num_heads=4 does not match the model's num_heads=8"):
+        posenc_jax.for_model("alibi", {"num_heads": 4}, embed_dim=32, num_heads=8, head_dim=4)
+    with pytest.raises(ValueError, match="encoding 'alibi' does not take head_dim"):
+        posenc_jax.for_model("alibi", {"head_dim": 4}, embed_dim=32, num_heads=8, head_dim=4)
+    with pytest.raises(ValueError, match="hyperparameter 'base' given twice"):
+        posenc_jax.for_model("rope", {"base": 10.0}, embed_dim=32, num_heads=8, head_dim=4,
+                             base=20.0)
+    enc = posenc_jax.for_model("rope", {"base": 500.0}, embed_dim=32, num_heads=8, head_dim=4)
+    assert (enc.head_dim, enc.base) == (4, 500.0)
+
+
+def test_register_rejects_a_duplicate_name():
+    with pytest.raises(ValueError, match="'rope' is already registered"):
+        encoding.register("rope")(type("X", (encoding.Encoding,), {}))
+
+
+def test_check_model_names_the_mismatch():
+    with pytest.raises(ValueError, match=r"built for num_heads=8 but the model has num_heads=4"):
+        posenc_jax.get("alibi", num_heads=8).check_model(embed_dim=32, num_heads=4, head_dim=8)
+    with pytest.raises(ValueError, match=r"built for head_dim=8 but the model has head_dim=16"):
+        posenc_jax.get("rope", head_dim=8).check_model(embed_dim=32, num_heads=2, head_dim=16)
+
+
+def test_non_integer_positions_are_a_type_error():
+    x, q, k, pos = inputs()
+    fpos = pos.astype(jnp.float32)
+    for name in ["sinusoidal", "learned"]:
+        enc = build(name)
+        with pytest.raises(TypeError, match="integer"):
+            enc.embed(enc.init(jax.random.key(0)), x, fpos)
+    with pytest.raises(TypeError, match="integer"):
+        build("rope").rotate({}, q, k, fpos, fpos)
+    for name in ["t5", "shaw"]:
+        enc = build(name)
+        with pytest.raises(TypeError, match="integer"):
+            enc.bias(enc.init(jax.random.key(0)), fpos, fpos, q=q)
+
+
+def test_shaw_bias_without_query_is_an_error():
+    enc = build("shaw")
+    _, _, _, pos = inputs()
+    with pytest.raises(ValueError, match=r"shaw: the bias depends on the query"):
+        enc.bias(enc.init(jax.random.key(0)), pos, pos)
+
+
+@pytest.mark.parametrize("name", EXPECTED)
+def test_scheme_is_hashable_and_declares_its_hooks(name):
+    enc = build(name)
+    assert hash(enc) == hash(build(name)) and enc == build(name)
+    assert dataclasses.is_dataclass(enc)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        enc.name = "other"  # type: ignore[misc]
+    expected = {
+        "nope": (False, False, False), "sinusoidal": (True, False, False),
+        "learned": (True, False, False), "rope": (False, True, False),
+        "alibi": (False, False, True), "t5": (False, False, True), "shaw": (False, False, True),
+    }[name]
+    assert (enc.has_embed, enc.has_rotate, enc.has_bias) == expected
+    assert enc.bias_needs_query == (name == "shaw")
+
+
+@pytest.mark.parametrize("name", EXPECTED)
+def test_unused_hooks_are_identity(name):
+    enc = build(name)
+    params = enc.init(jax.random.key(1))
+    x, q, k, pos = inputs()
+    out = all_hooks(enc, params, x, q, k, pos)
+    if not enc.has_embed:
+        assert out["embed"] is x
+    if not enc.has_rotate:
+        assert out["q"] is q and out["k"] is k
+    if not enc.has_bias:
+        assert "bias" not in out
+    else:
+        chex.assert_shape(out["bias"], (B, H, L, L))
+        chex.assert_type(out["bias"], jnp.float32)
+
+
+@pytest.mark.parametrize("name", EXPECTED)
+def test_hooks_jit_equals_eager_and_static_scheme_works(name):
+    enc = build(name)
+    params = enc.init(jax.random.key(2))
+    args = inputs(2)
+    eager = all_hooks(enc, params, *args)
+    jitted = jax.jit(all_hooks, static_argnums=0)(enc, params, *args)
+    chex.assert_trees_all_close(eager, jitted, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("name", EXPECTED)
+def test_hooks_vmap_over_the_batch(name):
+    enc = build(name)
+    params = enc.init(jax.random.key(3))
+    x, q, k, pos = inputs(3)
+    batched = all_hooks(enc, params, x, q, k, pos)
+
+    def one(x1, q1, k1, p1):  # a single row: [L, E], [L, H, D], [L]
+        out = all_hooks(enc, params, x1[None], q1[None], k1[None], p1[None])
+        return jax.tree.map(lambda a: a[0], out)
+
+    mapped = jax.jit(jax.vmap(one))(x, q, k, pos)
+    chex.assert_trees_all_close(batched, mapped, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("name", EXPECTED)
+def test_hooks_are_differentiable(name):
+    enc = build(name)
+    params = enc.init(jax.random.key(4))
+    x, q, k, pos = inputs(4)
+
+    def loss(params, x, q, k):
+        out = all_hooks(enc, params, x, q, k, pos)
+        return sum(jnp.sum(jnp.sin(v)) for v in jax.tree.leaves(out))
+
+    grads = jax.jit(jax.grad(loss, argnums=(0, 1, 2, 3)))(params, x, q, k)
+    chex.assert_tree_all_finite(grads)
+    gp, gx, gq, gk = grads
+    assert float(jnp.abs(gx).sum()) > 0 and float(jnp.abs(gq).sum()) > 0
+    for leaf in jax.tree.leaves(gp):  # every learned table gets a gradient
+        assert float(jnp.abs(leaf).sum()) > 0
+
+
+def test_rope_scaling_dict_is_validated_and_frozen():
+    enc = posenc_jax.get("rope", head_dim=8, scaling={"rope_type": "linear", "factor": 4.0})
+    assert enc.scaling_dict == {"rope_type": "linear", "factor": 4.0}
+    hash(enc)
+    with pytest.raises(ValueError, match="factor"):
+        posenc_jax.get("rope", head_dim=8, scaling={"rope_type": "linear", "factor": 0.5})
+    with pytest.raises(ValueError, match="rotary_dim must be even"):
+        posenc_jax.get("rope", head_dim=8, rotary_dim=5)
+    with pytest.raises(ValueError, match=r"unknown layout 'pairs'"):
+        posenc_jax.get("rope", head_dim=8, layout="pairs")
+
+
+def test_rope_hook_with_scaling_equals_positions_over_factor():
+    """PI through the registry: `scaling=linear(s)` rotates like plain RoPE at pos / s."""
+    _, q, k, pos = inputs(5)
+    scaled = posenc_jax.get("rope", head_dim=D, scaling={"rope_type": "linear", "factor": 4.0})
+    got_q, _ = jax.jit(scaled.rotate)({}, q, k, pos, pos)
+    inv = posenc_jax.rope.inv_freq(D)
+    want_q = posenc_jax.rope.apply(q, pos.astype(jnp.float32) / 4.0, inv)
+    chex.assert_trees_all_close(got_q, want_q, rtol=1e-5, atol=1e-5)
