@@ -1,0 +1,70 @@
+"""The length-extrapolation study on this machine's CPU (`python -m train.study`).
+
+Trains sinusoidal, learned, RoPE, ALiBi, T5 bias, Shaw and NoPE models at L = 64 on the
+bundled Python-stdlib byte corpus, everything else identical, and evaluates each at L/2 .. 16L
+(32 .. 1024 tokens), RoPE also with every scaling method past L. Sized to finish in about
+15 minutes on 2 CPU cores (see README for the measured time).
+
+Keys:
+  encodings          comma-separated registry names (`--config.encodings=rope,alibi`)
+  scalings           RoPE scaling methods evaluated past L: linear, ntk, dynamic, yarn,
+                     llama3, longrope ('' for none); factor = eval_len / L
+  scaling_overrides  <method>: keys replacing the rule in `train.study_plan.scaling_config`
+  eval_lengths       comma-separated ints or multiples of L ('L/2', 'L', '4L')
+  eval_num_tokens    targets scored at every length (the same tokens for all)
+  eval_split         the held-out split evaluated
+  eval_batch_tokens  tokens per eval batch (windows = this // eval_len, at least 1)
+  eval_attention     '' (as trained), 'dense' or 'blockwise' for evaluation
+  eval_block_size    blockwise block size at eval (0: the model's)
+  max_eval_memory_gb an eval length whose estimated peak memory is above this is an error
+  encoding_kwargs    <encoding>: kwargs (learned max_len and t5 max_distance default to L)
+  estimate_gflops, estimate_compile_s   the cost model behind the printed time estimate
+  train              the training config of every model (configs/default.py's keys); its
+                     seq_len is L and its seed the init and data-order seed
+"""
+
+import importlib.util
+import pathlib
+
+import ml_collections
+
+
+def _load(name):
+    spec = importlib.util.spec_from_file_location(
+        f"posenc_configs_{name}", pathlib.Path(__file__).with_name(f"{name}.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def get_config():
+    config = ml_collections.ConfigDict()
+    config.encodings = "sinusoidal,learned,rope,alibi,t5,shaw,nope"
+    config.scalings = "linear,ntk,dynamic,yarn,llama3,longrope"
+    config.scaling_overrides = ml_collections.ConfigDict()
+    config.eval_lengths = "L/2,L,2L,4L,8L,16L"
+    config.eval_num_tokens = 32768
+    config.eval_split = "test"
+    config.eval_batch_tokens = 4096
+    config.eval_attention = "blockwise"  # same numbers as dense (to 1e-7), faster at 16L here
+    config.eval_block_size = 128
+    config.max_eval_memory_gb = 6.0
+    config.encoding_kwargs = ml_collections.ConfigDict(
+        {"learned": {}, "t5": {}, "shaw": {"max_relative_position": 16}})
+    config.estimate_gflops = 10.0
+    config.estimate_compile_s = 2.5
+
+    train = _load("default").get_config()
+    train.seed = 0
+    train.seq_len = 64
+    train.batch_size = 32
+    train.num_train_steps = 600
+    train.learning_rate = 3e-3
+    train.warmup_steps = 60
+    train.log_every_steps = 50
+    train.checkpoint_every_steps = 200
+    train.checkpoints_to_keep = 1
+    train.eval_every_steps = 0
+    train.model.update(num_layers=2, embed_dim=64, num_heads=4, mlp_dim=192)
+    config.train = train
+    return config

@@ -1,0 +1,262 @@
+"""Tests for the length-extrapolation study (train.study, train.study_plan, train.study_report).
+
+One tiny study (configs/study_tiny.py: RoPE and learned, 3 steps, eval at L and 2L, RoPE+YaRN
+at 2L) runs once per module into a tmp workdir; the other tests read its outputs, rerun it
+with training and evaluation forbidden, or break its config and check that `make_plan`
+raises before anything is trained.
+"""
+
+import copy
+import csv
+import json
+import math
+import os
+import pathlib
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from ml_collections import config_flags  # noqa: F401  (the CLI's dependency)
+
+from posenc_jax import rope_scaling
+from train import study, study_plan, study_report, trainer
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def _load_config(name):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(f"cfg_{name}", ROOT / "configs" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.get_config()
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory):
+    return str(tmp_path_factory.mktemp("tfds"))
+
+
+@pytest.fixture
+def tiny(data_dir):
+    config = _load_config("study_tiny")
+    config.train.dataset.data_dir = data_dir
+    return config
+
+
+@pytest.fixture
+def forbid_work(monkeypatch):
+    """Any training or evaluation fails the test."""
+    def no_training(*args, **kwargs):
+        raise AssertionError("the study trained a model it should have reused or rejected")
+
+    def no_eval(*args, **kwargs):
+        raise AssertionError("the study evaluated what it should have reused")
+
+    monkeypatch.setattr(trainer, "train_and_evaluate", no_training)
+    monkeypatch.setattr(trainer, "evaluate_params", no_eval)
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory, data_dir):
+    """(workdir, rows, config) of one tiny study run end to end."""
+    config = _load_config("study_tiny")
+    config.train.dataset.data_dir = data_dir
+    workdir = str(tmp_path_factory.mktemp("study"))
+    rows = study.run(config, workdir, progress=False)
+    return workdir, rows, config
+
+
+# ------------------------------------------------------------------------- end to end, resume
+
+def test_tiny_study_writes_every_output_well_formed(finished):
+    workdir, rows, _ = finished
+    with open(os.path.join(workdir, "results.csv"), newline="") as f:
+        reader = csv.DictReader(f)
+        assert tuple(reader.fieldnames[:7]) == ("encoding", "scaling", "train_len", "eval_len",
+                                                "loss", "ppl", "tokens")
+        table = list(reader)
+    got = {(r["encoding"], r["scaling"], int(r["eval_len"])) for r in table}
+    assert got == {("rope", "none", 16), ("rope", "none", 32), ("rope", "yarn", 32),
+                   ("learned", "none", 16), ("learned", "none", 32)}
+    assert len(table) == len(rows) == 5
+    for r in table:
+        assert int(r["train_len"]) == 16
+        if (r["encoding"], r["eval_len"]) == ("learned", "32"):  # past the table: n/a, kept
+            assert r["loss"] == r["ppl"] == "" and int(r["tokens"]) == 0
+            assert "max_len=16" in r["note"]
+        else:
+            loss, ppl = float(r["loss"]), float(r["ppl"])
+            assert 0 < loss < 10 and math.isclose(ppl, math.exp(loss), rel_tol=1e-4)
+            assert int(r["tokens"]) == 256 and r["note"] == ""
+    report = pathlib.Path(workdir, "report.md").read_text()
+    assert "| model | 16 (= L) | 32 |" in report
+    for line in ("| `rope` |", "| `rope+yarn` | — |", "| `learned` |"):
+        assert line in report
+    assert "n/a" in report and "## Machine" in report and "jax " in report
+    assert '"sha256"' in report and "## Timings" in report and "1. 20" in report
+    png = pathlib.Path(workdir, "extrapolation.png").read_bytes()
+    assert png[:8] == PNG_MAGIC and len(png) > 10_000
+    import matplotlib.image
+    assert matplotlib.image.imread(os.path.join(workdir, "extrapolation.png")).ndim == 3
+
+
+def test_a_rerun_reuses_trainings_and_evaluations(finished, forbid_work):
+    workdir, rows, config = finished
+    ckpt = pathlib.Path(workdir, "rope", "checkpoints")
+    before = {p: p.stat().st_mtime_ns for p in ckpt.rglob("*")}
+    again = study.run(config, workdir, progress=False)
+    assert [(r["encoding"], r["scaling"], r["eval_len"], str(r["ppl"])) for r in again] == \
+        [(r["encoding"], r["scaling"], r["eval_len"], str(r["ppl"])) for r in rows]
+    assert {p: p.stat().st_mtime_ns for p in ckpt.rglob("*")} == before
+
+
+def test_a_lost_evaluation_is_redone_alone(finished, monkeypatch):
+    workdir, rows, config = finished
+    lost = pathlib.Path(workdir, "evals", "rope+yarn@32.json")
+    old = json.loads(lost.read_text())
+    lost.unlink()
+    calls = []
+    real = trainer.evaluate_params
+    monkeypatch.setattr(trainer, "train_and_evaluate",
+                        lambda *a, **k: pytest.fail("retrained a finished model"))
+    monkeypatch.setattr(trainer, "evaluate_params",
+                        lambda *a, **k: calls.append(k["seq_len"]) or real(*a, **k))
+    again = study.run(config, workdir, progress=False)
+    assert calls == [32]
+    new = json.loads(lost.read_text())
+    assert math.isclose(new["loss"], old["loss"], rel_tol=1e-6)
+    assert len(again) == len(rows)
+
+
+def test_a_different_train_config_in_the_same_workdir_is_refused(finished, forbid_work):
+    workdir, _, config = finished
+    config = copy.deepcopy(config)
+    config.train.seed = 1
+    with pytest.raises(ValueError, match="different train config"):
+        study.run(config, workdir, progress=False)
+
+
+# ------------------------------------------------------------- validation before any training
+
+@pytest.mark.parametrize("key, value, message", [
+    ("encodings", "rope,bogus", r"unknown encoding 'bogus'.*valid names are: alibi, learned"),
+    ("encodings", "", r"names no encoding"),
+    ("encodings", "rope,rope", r"names an entry twice"),
+    ("scalings", "yarn,magic", r"unknown scaling 'magic'.*linear, ntk, dynamic, yarn"),
+    ("eval_lengths", "L,0", r"eval length '0' must be a positive"),
+    ("eval_lengths", "L,L/3", r"eval length 'L/3' is not a whole number of tokens for L=16"),
+    ("eval_lengths", "L,long", r"eval length 'long'.*must be a positive int or a multiple"),
+    ("eval_lengths", "L,512", r"\[512\] exceed config.eval_num_tokens=256.*zero full windows"),
+    ("max_eval_memory_gb", 1e-6, r"eval length 16 with blockwise attention needs about .* GiB"),
+    ("eval_attention", "sparse", r"eval_attention must be '', 'dense' or 'blockwise'"),
+    ("eval_num_tokens", 10**9, r"eval_num_tokens=1000000000 must be < the \d+ tokens"),
+])
+def test_bad_config_raises_before_any_training(tiny, tmp_path, forbid_work, key, value,
+                                               message):
+    if key == "eval_num_tokens":
+        tiny.eval_lengths = "L"
+    tiny[key] = value
+    with pytest.raises(ValueError, match=message):
+        study.run(tiny, str(tmp_path), progress=False)
+    assert not any(p.is_dir() for p in tmp_path.iterdir())
+
+
+def test_a_learned_table_shorter_than_L_is_refused(tiny, tmp_path, forbid_work):
+    tiny.encoding_kwargs.learned.max_len = 8
+    with pytest.raises(ValueError, match=r"'learned' has max_len=8 < the training length L=16"):
+        study.run(tiny, str(tmp_path), progress=False)
+
+
+def test_cli_rejects_a_bad_encoding_override_without_training(data_dir, tmp_path):
+    out = subprocess.run(
+        [sys.executable, "-m", "train.study", "--config=configs/study_tiny.py",
+         f"--workdir={tmp_path}", "--config.encodings=rope,alibbi",
+         f"--config.train.dataset.data_dir={data_dir}"],
+        cwd=ROOT, capture_output=True, text=True, timeout=120, check=False,
+        env={**os.environ, "XLA_FLAGS": ""})
+    assert out.returncode != 0
+    assert "unknown encoding 'alibbi'" in out.stderr and "valid names are" in out.stderr
+    assert not any(p.is_dir() for p in tmp_path.iterdir())
+
+
+# -------------------------------------------------------------------------- plan pieces
+
+def test_parse_lengths_golden():
+    assert study_plan.parse_lengths("L/2,L,2L,4L,8L,16L", train_len=64) == (
+        32, 64, 128, 256, 512, 1024)
+    assert study_plan.parse_lengths("100, 2*L, L", train_len=64) == (64, 100, 128)
+
+
+@pytest.mark.parametrize("factor", [2.0, 16.0])
+def test_scaling_rules(factor):
+    d, length = 16, 64
+    cfgs = {m: study_plan.scaling_config(m, factor=factor, train_len=length, rotary_dim=d)
+            for m in study_plan.SCALINGS}
+    for method, cfg in cfgs.items():
+        assert cfg["rope_type"] == method and cfg["factor"] == factor
+    for method in ("dynamic", "yarn", "llama3", "longrope"):
+        assert cfgs[method]["original_max_position_embeddings"] == length
+    long_ = np.asarray(cfgs["longrope"]["long_factor"])
+    assert long_.shape == (d // 2,) and long_[0] == 1.0 and math.isclose(long_[-1], factor)
+    assert cfgs["longrope"]["short_factor"] == [1.0] * (d // 2)
+    # LongRoPE's rule has NTK's frequencies (only the attention factor differs) at s*L.
+    ntk, ntk_af = rope_scaling.frequencies(cfgs["ntk"], rotary_dim=d, base=10000.0)
+    lr, lr_af = rope_scaling.frequencies(cfgs["longrope"], rotary_dim=d, base=10000.0,
+                                         seq_len=int(factor * length))
+    np.testing.assert_allclose(np.asarray(lr), np.asarray(ntk), rtol=1e-5)
+    assert float(ntk_af) == 1.0
+    assert math.isclose(float(lr_af), math.sqrt(1 + math.log(factor) / math.log(length)),
+                        rel_tol=1e-6)
+    over = study_plan.scaling_config("dynamic", factor=factor, train_len=length, rotary_dim=d,
+                                     overrides={"factor": 2.0})
+    assert over["factor"] == 2.0
+
+
+def test_default_config_plans_the_full_study(data_dir):
+    config = _load_config("study")
+    plan_cfg = copy.deepcopy(config)
+    plan_cfg.train.dataset.kwargs.max_files = 40  # plan only: nothing is trained
+    plan_cfg.train.dataset.data_dir = data_dir
+    plan_cfg.eval_num_tokens = 2048
+    plan = study_plan.make_plan(plan_cfg, "/nonexistent/study")
+    assert plan.encodings == ("sinusoidal", "learned", "rope", "alibi", "t5", "shaw", "nope")
+    assert plan.eval_lens == (32, 64, 128, 256, 512, 1024)
+    assert len(plan.eval_items) == 7 * 6 + 6 * 4
+    assert sum(1 for i in plan.eval_items if i.note) == 4  # learned at 128 .. 1024
+    models = {(c.model.to_dict()["num_layers"], c.seed, c.num_train_steps, c.seq_len)
+              for c in plan.train_configs.values()}
+    assert len(models) == 1  # everything but the encoding is shared
+    assert plan.train_configs["learned"].model.encoding_kwargs.max_len == 64
+
+
+# ------------------------------------------------------------------- report on made-up rows
+
+def _rows():
+    rows = []
+    for enc, ppl in (("alibi", [5.0, 4.0, 3.9]), ("learned", [5.0, 4.1, math.nan])):
+        for n, p in zip((8, 16, 32), ppl):
+            rows.append({"encoding": enc, "scaling": "none", "train_len": 16, "eval_len": n,
+                         "loss": math.log(p), "ppl": p, "tokens": 0 if math.isnan(p) else 64,
+                         "eval_seconds": 0.1, "note": "n/a (x)" if math.isnan(p) else ""})
+    return rows
+
+
+def test_report_table_csv_roundtrip_and_noise(tmp_path):
+    rows = _rows()
+    path = str(tmp_path / "r.csv")
+    study_report.write_csv(path, rows)
+    back = study_report.read_csv(path)
+    assert [r["ppl"] for r in back if not math.isnan(r["ppl"])] == [5.0, 4.0, 3.9, 5.0, 4.1]
+    md = study_report.table(back, train_len=16, order=["learned", "alibi"])
+    assert md.splitlines()[0] == "| model | 8 | 16 (= L) | 32 |"
+    assert md.splitlines()[2] == "| `learned` | 5.00 | 4.10 | n/a |"
+    other = [dict(r, ppl=r["ppl"] * 1.1) for r in rows]
+    noise = study_report.noise(rows, other)
+    assert "| `alibi` | +10.0% | +10.0% | +10.0% |" in noise
+    assert "| `learned` | +10.0% | +10.0% | — |" in noise
+    study_report.plot(str(tmp_path / "p.png"), back, train_len=16)
+    assert (tmp_path / "p.png").read_bytes()[:8] == PNG_MAGIC

@@ -1,0 +1,186 @@
+"""The train state and where it lives: model construction, shardings, initialisation.
+
+The train state is a plain dict of pytrees, the same thing that is checkpointed:
+
+    {"params": pure dict of parameter arrays (nnx.Param values),
+     "opt_state": the optax state over those params,
+     "step": int32 [] updates done}
+
+Parameter shardings come from the logical axis names the model puts on each `nnx.Param`
+(`out_sharding` metadata) mapped through the config's `logical_axis_rules`; the optimizer's
+moment trees inherit their parameter's sharding and its scalars are replicated. `abstract`
+is the whole state as `jax.ShapeDtypeStruct(..., sharding=...)` on the current mesh: what
+orbax restores onto, whatever mesh the checkpoint was written from.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import optax
+from flax import nnx
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from posenc_jax.config import TransformerConfig
+from train import optim, sharding
+
+
+def transformer_config(model: Mapping[str, Any], **overrides: Any) -> TransformerConfig:
+    """`TransformerConfig` from the config's `model` ConfigDict (plus overrides)."""
+    fields = {f.name for f in dataclasses.fields(TransformerConfig)}
+    model = dict(model.to_dict() if hasattr(model, "to_dict") else model)
+    model.update(overrides)
+    unknown = sorted(set(model) - fields)
+    if unknown:
+        raise ValueError(f"config.model has unknown key(s) {unknown}; TransformerConfig takes "
+                         f"{sorted(fields)}")
+    return TransformerConfig(**model)
+
+
+def build_model(model_config: TransformerConfig, *, seed: Any) -> nnx.Module:
+    """The Flax NNX transformer with parameters from `seed` (an int or a PRNG key; call under
+    `mesh_context` to create the parameters sharded)."""
+    from posenc_jax.transformer import Transformer
+
+    return Transformer(model_config, rngs=nnx.Rngs(params=seed))
+
+
+def cpu_fast_compile(mesh: Mesh) -> dict[str, Any] | None:
+    """XLA options for one-off programs (init, checksums) on CPU, where compiling the many
+    threefry calls of an init at full optimisation takes seconds: None elsewhere."""
+    if mesh.devices.flat[0].platform != "cpu":
+        return None
+    return {"xla_backend_optimization_level": 0, "xla_llvm_disable_expensive_passes": True}
+
+
+@contextlib.contextmanager
+def mesh_context(mesh: Mesh, rules: tuple):
+    """The mesh and logical rules the model reads while it is built or traced."""
+    with jax.set_mesh(mesh), nnx.logical_axis_rules(rules):
+        yield
+
+
+@dataclasses.dataclass
+class TrainSetup:
+    """Everything about a run that does not change from step to step."""
+
+    model_config: TransformerConfig
+    mesh: Mesh
+    rules: tuple
+    graphdef: Any
+    tx: optax.GradientTransformation
+    schedule: optax.Schedule
+    abstract: dict[str, Any]    # the state as ShapeDtypeStructs with shardings
+    shardings: dict[str, Any]   # the state's NamedShardings
+    cache: dict[Any, Any] = dataclasses.field(default_factory=dict)  # jitted functions
+
+    def context(self):
+        return mesh_context(self.mesh, self.rules)
+
+
+def param_shardings(abstract_params: nnx.State, mesh: Mesh, rules: tuple) -> dict[str, Any]:
+    """NamedSharding per parameter (a pure dict), from its logical axis names and `rules`."""
+
+    def spec_of(path, var):
+        what = "param " + "/".join(str(getattr(k, "key", k)) for k in path)
+        logical = var.get_metadata().get("out_sharding") if isinstance(var, nnx.Variable) \
+            else None
+        spec = sharding.logical_to_mesh_spec(logical, rules, what=what)
+        shape = var.get_value().shape if isinstance(var, nnx.Variable) else var.shape
+        sharding.check_divisible(shape, spec, mesh, what=what)
+        return var.replace(NamedSharding(mesh, spec)) if isinstance(var, nnx.Variable) \
+            else NamedSharding(mesh, spec)
+
+    tree = jax.tree_util.tree_map_with_path(
+        spec_of, abstract_params, is_leaf=lambda x: isinstance(x, nnx.Variable))
+    return nnx.to_pure_dict(tree)
+
+
+def _opt_shardings(tx, abstract_params, param_sh, mesh):
+    abstract_opt = jax.eval_shape(tx.init, abstract_params)
+    replicated = NamedSharding(mesh, P())
+    return abstract_opt, optax.tree_map_params(
+        tx, lambda _, s: s, abstract_opt, param_sh,
+        transform_non_params=lambda _: replicated,
+        is_leaf=lambda x: isinstance(x, NamedSharding))
+
+
+_SETUPS: dict[Any, TrainSetup] = {}
+_MAX_SETUPS = 32
+
+
+def make_setup(config: Any, mesh: Mesh, *, model_overrides: Mapping[str, Any] | None = None,
+               ) -> TrainSetup:
+    """Model, optimizer and state shardings for `config` on `mesh` (nothing allocated).
+
+    Memoised on what it depends on (the model, optimizer keys, rules, mesh, overrides), so a
+    second run of the same experiment in one process (a resume, an evaluation) reuses the
+    compiled functions kept in `cache`.
+    """
+    key = (_freeze({k: config.get(k) for k in optim.OPTIMIZER_KEYS}), _freeze(config.model),
+           _freeze(config.logical_axis_rules), mesh, _freeze(model_overrides or {}))
+    if key not in _SETUPS:
+        if len(_SETUPS) >= _MAX_SETUPS:
+            _SETUPS.pop(next(iter(_SETUPS)))
+        _SETUPS[key] = _make_setup(config, mesh, model_overrides=model_overrides)
+    return _SETUPS[key]
+
+
+def _freeze(value: Any) -> Any:
+    """A hashable, order-independent form of nested dicts / ConfigDicts / sequences."""
+    if hasattr(value, "to_dict"):
+        value = value.to_dict()
+    if isinstance(value, Mapping):
+        return tuple(sorted((str(k), _freeze(v)) for k, v in value.items()))
+    if isinstance(value, (list, tuple)):
+        return tuple(_freeze(v) for v in value)
+    return value
+
+
+def _make_setup(config: Any, mesh: Mesh, *, model_overrides: Mapping[str, Any] | None
+                ) -> TrainSetup:
+    rules = sharding.normalize_rules(config.logical_axis_rules)
+    model_config = transformer_config(config.model, **dict(model_overrides or {}))
+    tx, schedule = optim.make_optimizer(config)
+    with mesh_context(mesh, rules):
+        abstract_model = nnx.eval_shape(lambda: build_model(model_config, seed=0))
+        graphdef, abstract_params = nnx.split(abstract_model, nnx.Param)
+    param_sh = param_shardings(abstract_params, mesh, rules)
+    pure = jax.tree.map(lambda v: jax.ShapeDtypeStruct(v.shape, v.dtype),
+                        nnx.to_pure_dict(abstract_params))
+    abstract_opt, opt_sh = _opt_shardings(tx, pure, param_sh, mesh)
+    shardings = {"params": param_sh, "opt_state": opt_sh, "step": NamedSharding(mesh, P())}
+    shapes = {"params": pure, "opt_state": abstract_opt,
+              "step": jax.ShapeDtypeStruct((), jnp.int32)}
+    abstract = jax.tree.map(
+        lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh), shapes, shardings)
+    return TrainSetup(model_config=model_config, mesh=mesh, rules=rules, graphdef=graphdef,
+                      tx=tx, schedule=schedule, abstract=abstract, shardings=shardings)
+
+
+def init_state(setup: TrainSetup, *, seed: int) -> dict[str, Any]:
+    """A fresh train state, created directly in its shardings (never whole on one device)."""
+
+    if "init" not in setup.cache:
+        def init(key):
+            model = build_model(setup.model_config, seed=key)
+            params = nnx.to_pure_dict(nnx.state(model, nnx.Param))
+            return {"params": params, "opt_state": setup.tx.init(params),
+                    "step": jnp.zeros((), jnp.int32)}
+
+        setup.cache["init"] = jax.jit(init, out_shardings=setup.shardings,
+                                      compiler_options=cpu_fast_compile(setup.mesh))
+    with setup.context():
+        return setup.cache["init"](jax.random.key(seed))
+
+
+def merge_model(setup_or_graphdef: Any, params: Any) -> nnx.Module:
+    """The NNX model with `params` (a pure dict) in it."""
+    graphdef = getattr(setup_or_graphdef, "graphdef", setup_or_graphdef)
+    return nnx.merge(graphdef, params)

@@ -1,0 +1,136 @@
+"""The jitted, sharded train and eval steps.
+
+Loss: mean next-token cross-entropy over weighted targets, in float32 whatever the model's
+compute dtype:  sum_{b,l} w[b,l] * CE(logits[b,l], targets[b,l]) / sum w.  With gradient
+accumulation the batch's rows are split into A interleaved microbatches (row r goes to
+microbatch r mod A, so each device keeps working on its own rows), the weighted sums and
+their gradients are accumulated by a `lax.scan`, and the division happens once: the update is
+the same as without accumulation, up to float rounding.
+
+Batches are dicts of [B, L] arrays: inputs, targets, positions (int32), segment_ids (int32;
+used only when `packed`), weights (float32).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import optax
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from train import sharding
+from train.state import TrainSetup, merge_model
+
+BATCH_KEYS = ("inputs", "targets", "positions", "segment_ids", "weights")
+
+
+def weighted_xent(logits: jax.Array, targets: jax.Array, weights: jax.Array
+                  ) -> tuple[jax.Array, jax.Array]:
+    """(sum of w * CE, sum of w), float32 scalars. logits [B, L, V], targets/weights [B, L]."""
+    logits = logits.astype(jnp.float32)
+    ce = optax.softmax_cross_entropy_with_integer_labels(logits, targets)
+    weights = weights.astype(jnp.float32)
+    return jnp.sum(ce * weights), jnp.sum(weights)
+
+
+def loss_sums(graphdef: Any, params: Any, batch: dict[str, jax.Array], *, packed: bool
+              ) -> tuple[jax.Array, jax.Array]:
+    """Forward pass: (weighted CE sum, weight sum) for one batch."""
+    model = merge_model(graphdef, params)
+    logits = model(batch["inputs"], batch["positions"],
+                   segment_ids=batch["segment_ids"] if packed else None)
+    return weighted_xent(logits, batch["targets"], batch["weights"])
+
+
+def _grads(setup: TrainSetup, params, batch, *, packed: bool, accum_steps: int):
+    def f(p, b):
+        return loss_sums(setup.graphdef, p, b, packed=packed)
+
+    grad_fn = jax.value_and_grad(f, has_aux=True)
+    if accum_steps == 1:
+        (loss_sum, weight_sum), grads = grad_fn(params, batch)
+        return loss_sum, weight_sum, grads
+
+    def split(x):  # [B, ...] -> [A, B / A, ...], microbatch a = rows a, a + A, a + 2A, ...
+        x = x.reshape(x.shape[0] // accum_steps, accum_steps, *x.shape[1:])
+        x = jnp.moveaxis(x, 1, 0)
+        spec = P(None, sharding.BATCH_AXES, *([None] * (x.ndim - 2)))
+        return jax.lax.with_sharding_constraint(x, NamedSharding(setup.mesh, spec))
+
+    micro = jax.tree.map(split, batch)
+
+    def body(carry, mb):
+        loss_sum, weight_sum, grads = carry
+        (ls, ws), g = grad_fn(params, mb)
+        return (loss_sum + ls, weight_sum + ws, jax.tree.map(jnp.add, grads, g)), None
+
+    zeros = jax.tree.map(jnp.zeros_like, params)
+    init = (jnp.zeros((), jnp.float32), jnp.zeros((), jnp.float32), zeros)
+    (loss_sum, weight_sum, grads), _ = jax.lax.scan(body, init, micro)
+    return loss_sum, weight_sum, grads
+
+
+def make_train_step(setup: TrainSetup, *, packed: bool = False, accum_steps: int = 1
+                    ) -> Callable[[dict, dict], tuple[dict, dict]]:
+    """`step(state, batch) -> (state, metrics)`, jitted with the state's shardings, the state
+    donated, the batch split over (data, fsdp). Metrics (float32 scalars, replicated): loss,
+    grad_norm, learning_rate (of this update), weight (the number of scored targets).
+    Cached on the setup: the same experiment compiles once per process."""
+    key = ("train_step", packed, accum_steps)
+    if key not in setup.cache:
+        setup.cache[key] = _make_train_step(setup, packed=packed, accum_steps=accum_steps)
+    return setup.cache[key]
+
+
+def _make_train_step(setup: TrainSetup, *, packed: bool, accum_steps: int):
+
+    def train_step(state, batch):
+        params = state["params"]
+        loss_sum, weight_sum, grads = _grads(setup, params, batch, packed=packed,
+                                             accum_steps=accum_steps)
+        denom = jnp.maximum(weight_sum, 1.0)
+        grads = jax.tree.map(lambda g: (g / denom).astype(g.dtype), grads)
+        updates, opt_state = setup.tx.update(grads, state["opt_state"], params)
+        new_state = {"params": optax.apply_updates(params, updates), "opt_state": opt_state,
+                     "step": state["step"] + 1}
+        metrics = {"loss": loss_sum / denom, "grad_norm": optax.tree.norm(grads),
+                   "learning_rate": setup.schedule(state["step"]), "weight": weight_sum}
+        return new_state, metrics
+
+    batch_sh = {k: sharding.batch_sharding(setup.mesh, 2) for k in BATCH_KEYS}
+    replicated = sharding.replicated(setup.mesh)
+    jitted = jax.jit(train_step, in_shardings=(setup.shardings, batch_sh),
+                     out_shardings=(setup.shardings, replicated), donate_argnums=(0,))
+
+    def step(state, batch):
+        with setup.context():
+            return jitted(state, {k: batch[k] for k in BATCH_KEYS})
+
+    step.jitted = jitted
+    return step
+
+
+@functools.lru_cache(maxsize=64)
+def make_eval_step(graphdef: Any, mesh, rules, *, packed: bool = False
+                   ) -> Callable[[Any, dict], tuple]:
+    """`eval_step(params, batch) -> (loss_sum, weight_sum)`, float32, replicated. Params stay
+    where they are; the batch is split over (data, fsdp). Cached per (graphdef, mesh, rules)."""
+    from train.state import mesh_context
+
+    def eval_step(params, batch):
+        return loss_sums(graphdef, params, batch, packed=packed)
+
+    batch_sh = {k: sharding.batch_sharding(mesh, 2) for k in BATCH_KEYS}
+    jitted = jax.jit(eval_step, in_shardings=(None, batch_sh),
+                     out_shardings=sharding.replicated(mesh))
+
+    def step(params, batch):
+        with mesh_context(mesh, rules):
+            return jitted(params, {k: batch[k] for k in BATCH_KEYS})
+
+    return step

@@ -1,0 +1,239 @@
+"""Training and evaluation: the loop tests and the study call, `__main__` is a thin shell.
+
+Public API (the last three live in `train.evaluation`):
+    train_and_evaluate(config, workdir, *, devices=None) -> dict   train (resuming), evaluate
+    evaluate(model, stream, *, seq_len, num_tokens, batch_size, ...) -> {loss, ppl, tokens}
+    evaluate_params(graphdef, params, stream, *, ..., mesh, rules)   the same on raw params
+    load_model(workdir, *, step=None, model_overrides=None, mesh=None) -> (model, config)
+
+Steps count updates: "step S" is the state after S updates, its checkpoint, and the metrics
+line of the S-th update (whose loss is that of the batch of index S - 1, before the update).
+The batch of index s is `data.train_batch(stream, step=s, ...)`, a pure function of
+(seed, s): a run resumed from step S sees exactly the batches of an uninterrupted run, so
+its parameters end bit-identical (on CPU, same mesh).
+
+Faults: SIGTERM (or the JAX preemption notice on several hosts) -> a checkpoint at the next
+step boundary, then a normal return with `preempted=True`. A non-finite loss or gradient
+norm -> `NonFiniteLossError` naming the step; the state it produced is never saved, so the
+last checkpoint in the workdir is the last good one. Losses are checked one step late, so
+the host never waits for the device except at log, eval and checkpoint steps.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import threading
+import time
+import warnings
+from typing import Any
+
+import jax
+from jax.experimental import multihost_utils
+
+from train import checkpoint as ckpt_lib
+from train import data, sharding
+from train import metrics as metrics_lib
+from train import state as state_lib
+from train import step as step_lib
+from train.evaluation import evaluate, evaluate_params, load_model  # noqa: F401 (public API)
+
+CHECKPOINT_DIR = ckpt_lib.CHECKPOINT_DIR
+
+
+class NonFiniteLossError(FloatingPointError):
+    """The loss or gradient norm became NaN or infinite; training stopped."""
+
+
+class _Preemption:
+    """SIGTERM -> a flag read at step boundaries (several processes: JAX's sync point)."""
+
+    def __init__(self):
+        self.flag = False
+        self._old = None
+        if jax.process_count() == 1 and threading.current_thread() is threading.main_thread():
+            self._old = signal.signal(signal.SIGTERM, self._handle)
+
+    def _handle(self, signum, frame):
+        del signum, frame
+        self.flag = True
+
+    def reached(self, step: int) -> bool:
+        if jax.process_count() > 1:
+            try:  # every process agrees on the step at which to stop
+                return bool(multihost_utils.reached_preemption_sync_point(step))
+            except RuntimeError:  # jax_enable_preemption_service is off
+                return False
+        return self.flag
+
+    def close(self):
+        if self._old is not None:
+            signal.signal(signal.SIGTERM, self._old)
+            self._old = None
+
+
+def _train_stream(config):
+    ds = config.dataset
+    return data.token_stream(ds.name, ds.train_split, data_dir=ds.data_dir,
+                             max_tokens=ds.get("max_tokens"), **ds.kwargs.to_dict())
+
+
+def _eval_stream(config):
+    ds = config.dataset
+    return data.token_stream(ds.name, ds.eval_split, data_dir=ds.data_dir,
+                             max_tokens=ds.get("max_tokens"), **ds.kwargs.to_dict())
+
+
+def _check_config(config) -> None:
+    for key in ("num_train_steps", "batch_size", "seq_len", "log_every_steps",
+                "checkpoint_every_steps"):
+        value = config[key]
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"config.{key} must be a positive int, got {value!r}")
+    accum = config.get("grad_accum_steps", 1)
+    if accum < 1 or config.batch_size % accum:
+        raise ValueError(f"grad_accum_steps={accum} must be >= 1 and divide batch_size="
+                         f"{config.batch_size}")
+
+
+def _finite_or_raise(step: int, values: dict, ckpt: ckpt_lib.Checkpointer) -> dict:
+    host = {k: float(v) for k, v in values.items()}
+    bad = [k for k in ("loss", "grad_norm") if not math.isfinite(host[k])]
+    if bad:
+        ckpt.wait()
+        last = ckpt.latest_step()
+        where = (f"the last good checkpoint is step {last} in {ckpt.directory}" if last is not None
+                 else "no checkpoint was written")
+        raise NonFiniteLossError(
+            f"non-finite {' and '.join(bad)} at step {step} (loss={host['loss']}, grad_norm="
+            f"{host['grad_norm']}, learning_rate={host['learning_rate']:.3g}); stopped without "
+            f"saving this state: {where}. Lower learning_rate or check the data.")
+    return host
+
+
+def _eval_all(config, setup, params, *, stream) -> dict[str, float]:
+    out = {}
+    for length in config.eval.lengths:
+        result = evaluate_params(
+            setup.graphdef, params, stream, seq_len=int(length),
+            num_tokens=int(config.eval.num_tokens),
+            batch_size=int(config.eval.get("batch_size") or config.batch_size), mesh=setup.mesh,
+            rules=setup.rules, packed=config.dataset.packed)
+        out[f"eval/{length}/loss"] = result["loss"]
+        out[f"eval/{length}/ppl"] = result["ppl"]
+    return out
+
+
+def train_and_evaluate(config, workdir: str, *, devices=None) -> dict[str, Any]:
+    """Trains `config` in `workdir` (resuming from its newest readable checkpoint).
+
+    The mesh is `config.mesh` over `devices` (default: all of `jax.devices()`).
+
+    Returns the last logged metrics plus `step`, `preempted` and the final evaluation
+    (`eval/<len>/loss`, `eval/<len>/ppl`). Raises NonFiniteLossError (see the module
+    docstring), ValueError for a bad config, CheckpointError when the workdir holds only
+    unreadable checkpoints.
+    """
+    _check_config(config)
+    preemption = _Preemption()  # first, so a SIGTERM during setup is not fatal
+    try:
+        return _train(config, os.path.abspath(workdir), preemption, devices)
+    finally:
+        preemption.close()
+
+
+def _train(config, workdir: str, preemption: _Preemption, devices) -> dict[str, Any]:
+    mesh = sharding.make_mesh(config.mesh, devices=devices)
+    shards = math.prod(mesh.shape[a] for a in sharding.BATCH_AXES)
+    micro = config.batch_size // config.get("grad_accum_steps", 1)
+    if micro % shards:
+        raise ValueError(f"batch_size / grad_accum_steps = {micro} rows per microbatch must be "
+                         f"divisible by the mesh's data x fsdp = {shards} batch shards")
+    setup = state_lib.make_setup(config, mesh)
+    stream = _train_stream(config)
+    eval_stream = _eval_stream(config) if config.eval.lengths else None
+    ckpt = ckpt_lib.Checkpointer(os.path.join(workdir, CHECKPOINT_DIR),
+                                 max_to_keep=config.checkpoints_to_keep,
+                                 async_save=config.get("async_checkpointing", True))
+    logger = None
+    try:
+        restored = ckpt.restore_latest(setup.abstract)
+        if restored is None:
+            state, start = state_lib.init_state(setup, seed=config.seed), 0
+        else:
+            state, meta = restored
+            start = int(meta["step"])
+            if int(meta.get("seed", config.seed)) != config.seed:
+                warnings.warn(f"resuming a run saved with seed={meta['seed']} under seed="
+                              f"{config.seed}: later batches differ from the original run")
+        logger = metrics_lib.MetricsLogger(workdir, start_step=start,
+                                           total_steps=config.num_train_steps)
+        state, result = _loop(config, setup, state, start, stream=stream,
+                              eval_stream=eval_stream, ckpt=ckpt, logger=logger,
+                              preemption=preemption)
+        ckpt.wait()
+        if eval_stream is not None and not result["preempted"] and not any(
+                k.startswith("eval/") for k in result):
+            result.update(_eval_all(config, setup, state["params"], stream=eval_stream))
+        return result
+    finally:
+        if logger is not None:
+            logger.close()
+        ckpt.close()
+
+
+def _loop(config, setup, state, start, *, stream, eval_stream, ckpt, logger, preemption):
+    num_steps, batch, length = config.num_train_steps, config.batch_size, config.seq_len
+    mesh = setup.mesh
+    meta = {"seed": config.seed, "config": json.loads(config.to_json_best_effort()),
+            "data": {"name": config.dataset.name, "identity": stream.identity}}
+    row_index, row_count = sharding.local_rows(mesh, batch)
+    train_step = step_lib.make_train_step(setup, packed=config.dataset.packed,
+                                          accum_steps=config.get("grad_accum_steps", 1))
+    eval_every = config.get("eval_every_steps", 0) or 0
+    result: dict[str, Any] = {"step": start, "preempted": False}
+    pending = None
+    timer_step, timer_t = None, None
+    for index in range(start, num_steps):
+        local = data.train_batch(stream, step=index, batch_size=batch, seq_len=length,
+                                 seed=config.seed, process_index=row_index,
+                                 process_count=row_count, packed=config.dataset.packed)
+        state, metrics = train_step(state, sharding.global_batch(mesh, local,
+                                                                 global_batch_size=batch))
+        done = index + 1
+        if pending is not None:  # the previous step's loss: one step in flight, no stall
+            _finite_or_raise(*pending, ckpt)
+        pending = (done, metrics)
+        logger.advance()
+        if timer_t is None:  # measure throughput from the end of the first (compiling) step
+            jax.block_until_ready(metrics)
+            timer_step, timer_t = done, time.perf_counter()
+        last = done == num_steps
+        log = done % config.log_every_steps == 0 or last
+        save = done % config.checkpoint_every_steps == 0 or last
+        run_eval = eval_stream is not None and ((eval_every and done % eval_every == 0) or last)
+        stop = preemption.reached(done)
+        if not (log or save or run_eval or stop):
+            continue
+        host = _finite_or_raise(*pending, ckpt)
+        pending = None
+        record = {"step": done, "loss": host["loss"], "learning_rate": host["learning_rate"],
+                  "grad_norm": host["grad_norm"]}
+        now = time.perf_counter()
+        if done > timer_step:
+            record["tokens_per_sec"] = (done - timer_step) * batch * length / (now - timer_t)
+        if run_eval:
+            record.update(_eval_all(config, setup, state["params"], stream=eval_stream))
+        if log or run_eval:
+            logger.write(record)
+            result = {**record, "preempted": False}
+        if save or stop:
+            ckpt.save(done, state, {**meta, "data_position": done})
+        timer_step, timer_t = done, time.perf_counter()  # eval and saving are not training
+        if stop and not last:
+            return state, {**result, "step": done, "preempted": True}
+    if pending is not None:
+        _finite_or_raise(*pending, ckpt)
+    return state, {**result, "step": int(jax.device_get(state["step"]))}
