@@ -107,18 +107,20 @@ def plot(path: str, rows: Sequence[Mapping[str, Any]], *, train_len: int,
 
     A scaling method's line starts from plain RoPE's point at L (factor 1 is the identity).
     """
+    # The object API, not pyplot: no global backend switch, so a caller's (e.g. a
+    # notebook's inline) plotting is left as it was, and it works on a headless machine.
     import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     import matplotlib.ticker
+    from matplotlib.figure import Figure
 
     by_key = {row_key(r): r for r in rows}
-    fig, ax = plt.subplots(figsize=(9, 5.5), dpi=110)
+    fig = Figure(figsize=(9, 5.5), dpi=110)
+    ax = fig.subplots()
     pairs = _lines(rows, order)
     plain = [p for p in pairs if p[1] == NO_SCALING]
-    colors = {enc: plt.cm.tab10(i % 10) for i, (enc, _) in enumerate(plain)}
+    colors = {enc: matplotlib.colormaps["tab10"](i % 10) for i, (enc, _) in enumerate(plain)}
     scaled = [p for p in pairs if p[1] != NO_SCALING]
-    scaled_colors = [plt.cm.Dark2(i % 8) for i in range(len(scaled))]
+    scaled_colors = [matplotlib.colormaps["Dark2"](i % 8) for i in range(len(scaled))]
     styles = ["--", ":", "-.", (0, (5, 1, 1, 1)), (0, (1, 1)), (0, (3, 1, 1, 1, 1, 1))]
     for encoding, scaling in pairs:
         points = sorted((n, float(r["ppl"])) for (e, s, n), r in by_key.items()
@@ -162,7 +164,6 @@ def plot(path: str, rows: Sequence[Mapping[str, Any]], *, train_len: int,
     fig.tight_layout()
     tmp = f"{path}.tmp.png"
     fig.savefig(tmp)
-    plt.close(fig)
     os.replace(tmp, path)
 
 
