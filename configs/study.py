@@ -23,18 +23,9 @@ Keys:
                      seq_len is L and its seed the init and data-order seed
 """
 
-import importlib.util
-import pathlib
-
 import ml_collections
 
-
-def _load(name):
-    spec = importlib.util.spec_from_file_location(
-        f"posenc_configs_{name}", pathlib.Path(__file__).with_name(f"{name}.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from configs import default
 
 
 def get_config():
@@ -54,7 +45,7 @@ def get_config():
     config.estimate_gflops = 10.0
     config.estimate_compile_s = 2.5
 
-    train = _load("default").get_config()
+    train = default.get_config()
     train.seed = 0
     train.seq_len = 64
     train.batch_size = 32

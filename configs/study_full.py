@@ -17,16 +17,11 @@ would take months: use configs/study.py there.
     python -m train.study --config=configs/study_full.py --workdir=runs/study_full
 """
 
-import importlib.util
-import pathlib
+from configs import study
 
 
 def get_config():
-    spec = importlib.util.spec_from_file_location(
-        "posenc_configs_study", pathlib.Path(__file__).with_name("study.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    config = module.get_config()
+    config = study.get_config()
     config.eval_num_tokens = 131072          # 16 windows at 16L = 8192, 512 at L/2
     config.eval_batch_tokens = 65536
     config.eval_attention = "blockwise"      # O(L) memory at 8192 for ALiBi, T5 and Shaw

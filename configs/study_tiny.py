@@ -1,15 +1,10 @@
 """A tiny study for tests: two encodings, a few steps on 40 stdlib files, two eval lengths."""
 
-import importlib.util
-import pathlib
+from configs import study
 
 
 def get_config():
-    spec = importlib.util.spec_from_file_location(
-        "posenc_configs_study", pathlib.Path(__file__).with_name("study.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    config = module.get_config()
+    config = study.get_config()
     config.encodings = "rope,learned"
     config.scalings = "yarn"
     config.eval_lengths = "L,2L"

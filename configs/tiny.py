@@ -1,19 +1,10 @@
 """A really tiny run for tests: 2 layers, E=32, L=32, B=8, 3 steps, 60 stdlib files."""
 
-import importlib.util
-import pathlib
-
-
-def _default():
-    spec = importlib.util.spec_from_file_location(
-        "posenc_configs_default", pathlib.Path(__file__).with_name("default.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from configs import default
 
 
 def get_config():
-    config = _default().get_config()
+    config = default.get_config()
     config.num_train_steps = 3
     config.batch_size = 8
     config.seq_len = 32
