@@ -4,4 +4,4 @@
 # Usage: bash scripts/test.sh [extra pytest args]
 set -euo pipefail
 POSENC_EXTRAS=dev source "$(dirname "$0")/_venv.sh"
-exec python -m pytest tests notebooks --nbmake --nbmake-timeout=120 -q "$@"
+exec python -m pytest tests notebooks --nbmake --nbmake-timeout=60 -q "$@"
