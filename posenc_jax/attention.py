@@ -36,7 +36,7 @@ import jax.numpy as jnp
 
 from posenc_jax.encoding import Encoding
 
-__all__ = ["attend", "IMPLEMENTATIONS", "DENSE_BACKENDS", "build_mask", "encoding_bias"]
+__all__ = ["DENSE_BACKENDS", "IMPLEMENTATIONS", "attend", "build_mask", "encoding_bias"]
 
 IMPLEMENTATIONS = ("dense", "blockwise")
 DENSE_BACKENDS = (None, "xla", "cudnn")

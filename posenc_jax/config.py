@@ -72,9 +72,9 @@ def _freeze_kwargs(value: Any, what: str) -> _FrozenDict:
         try:
             value = dict(value)
         except (TypeError, ValueError):
-            raise ValueError(f"{what} must be a dict, got {value!r}") from None
+            raise TypeError(f"{what} must be a dict, got {value!r}") from None
     if not isinstance(value, dict):
-        raise ValueError(f"{what} must be a dict, got {value!r}")
+        raise TypeError(f"{what} must be a dict, got {value!r}")
     return freeze(value)
 
 

@@ -69,8 +69,15 @@ from posenc_jax.encoding import Encoding
 from posenc_jax.generate import generate
 from posenc_jax.kv_cache import KVCache, init_cache
 
-__all__ = ["Transformer", "TransformerConfig", "KVCache", "init_cache", "generate",
-           "LOGICAL_AXES", "complete_rules"]
+__all__ = [
+    "LOGICAL_AXES",
+    "KVCache",
+    "Transformer",
+    "TransformerConfig",
+    "complete_rules",
+    "generate",
+    "init_cache",
+]
 
 Array = jax.Array
 LOGICAL_AXES = ("batch", "length", "embed", "vocab", "heads", "kv_heads", "kv", "mlp", "table")
@@ -204,7 +211,7 @@ class Block(nnx.Module):
     """Pre-norm transformer block."""
 
     def __init__(self, config: TransformerConfig, encoding: Encoding, *, rngs: nnx.Rngs):
-        kw = dict(eps=config.norm_eps, param_dtype=config.param_dtype)
+        kw = {"eps": config.norm_eps, "param_dtype": config.param_dtype}
         self.attn_norm = RMSNorm(config.embed_dim, **kw)
         self.attn = Attention(config, encoding, rngs=rngs)
         self.mlp_norm = RMSNorm(config.embed_dim, **kw)

@@ -11,8 +11,8 @@ _flags = os.environ.get("XLA_FLAGS", "")
 if "xla_force_host_platform_device_count" not in _flags:
     os.environ["XLA_FLAGS"] = (_flags + " --xla_force_host_platform_device_count=8").strip()
 
-import jax  # noqa: E402
-import hypothesis  # noqa: E402
+import hypothesis
+import jax
 
 jax.config.update("jax_numpy_rank_promotion", "raise")
 

@@ -78,7 +78,7 @@ def _nope_self_attention(x, wq, wk, wv):
     q, k, v = (jnp.einsum("ble,ehd->blhd", x, w) for w in (wq, wk, wv))
     pos = jnp.arange(x.shape[1])
     enc = posenc_jax.get("nope")
-    kw = dict(encoding=enc, q_positions=pos, k_positions=pos, causal=False)
+    kw = {"encoding": enc, "q_positions": pos, "k_positions": pos, "causal": False}
     return (attend(q, k, v, implementation="dense", **kw),
             attend(q, k, v, implementation="blockwise", block_q=4, block_k=4, **kw))
 
@@ -115,11 +115,11 @@ def _pair_fn(enc, impl, **kw):
 # One mask case per encoding (compiling blockwise gradients is the slow part of this file);
 # together they cover causal / bidirectional, segments, a k_mask and GQA (H=4, K=2).
 MASK_CASES = {
-    "nope": dict(causal=False, segments=True),
-    "rope": dict(causal=True, segments=True, kmask=True),
-    "alibi": dict(causal=True, segments=True, kmask=True),
-    "t5": dict(causal=False),
-    "shaw": dict(causal=True),
+    "nope": {"causal": False, "segments": True},
+    "rope": {"causal": True, "segments": True, "kmask": True},
+    "alibi": {"causal": True, "segments": True, "kmask": True},
+    "t5": {"causal": False},
+    "shaw": {"causal": True},
 }
 
 
@@ -131,7 +131,7 @@ def test_blockwise_matches_dense_values_and_gradients(name):
     b, length = 2, 37
     q, k, v = _qkv(jax.random.key(1), b, length, length)
     pos = jnp.stack([jnp.arange(length), jnp.arange(length) + 100])   # offsets per row
-    kw = dict(q_positions=pos, k_positions=pos, causal=cfg["causal"])
+    kw = {"q_positions": pos, "k_positions": pos, "causal": cfg["causal"]}
     if cfg.get("segments"):
         seg = jnp.stack([jnp.repeat(jnp.arange(3), jnp.array([10, 20, 7]), total_repeat_length=37),
                          jnp.zeros(length, jnp.int32)])
@@ -150,8 +150,8 @@ def test_blockwise_matches_dense_for_a_cache_shaped_query():
     enc, params = _encoding("shaw")
     q, k, v = _qkv(jax.random.key(2), 2, 3, 21)
     kp = jnp.broadcast_to(jnp.arange(21), (2, 21))
-    kw = dict(q_positions=jnp.array([[10, 11, 12]]), k_positions=kp, causal=True,
-              k_mask=jnp.arange(21)[None, :] < 13)
+    kw = {"q_positions": jnp.array([[10, 11, 12]]), "k_positions": kp, "causal": True,
+              "k_mask": jnp.arange(21)[None, :] < 13}
     (_, dense), g_dense = _pair_fn(enc, "dense", **kw)(q, k, v, params)
     (_, block), g_block = _pair_fn(enc, "blockwise", **kw)(q, k, v, params)
     chex.assert_trees_all_close(block, dense, atol=2e-5, rtol=2e-5)
@@ -179,7 +179,7 @@ def test_causal_mask_follows_positions_not_the_index():
 
     @jax.jit
     def f(k, v, kp):
-        kw = dict(encoding=enc, params=params, q_positions=pos, k_positions=kp)
+        kw = {"encoding": enc, "params": params, "q_positions": pos, "k_positions": kp}
         return (attend(q, k, v, **kw),
                 attend(q, k, v, implementation="blockwise", block_q=4, block_k=4, **kw))
 
@@ -191,7 +191,7 @@ def test_errors_name_the_bad_values():
     enc = posenc_jax.get("nope")
     q, k, v = _qkv(jax.random.key(5), 1, 4, 4)
     pos = jnp.arange(4)
-    kw = dict(encoding=enc, q_positions=pos, k_positions=pos)
+    kw = {"encoding": enc, "q_positions": pos, "k_positions": pos}
     with pytest.raises(ValueError, match="unknown attention implementation 'flash'.*'dense', "
                                          "'blockwise'"):
         attend(q, k, v, implementation="flash", **kw)

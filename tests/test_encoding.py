@@ -177,7 +177,7 @@ def test_hooks_are_differentiable(name):
 
     grads = jax.jit(jax.grad(loss, argnums=(0, 1, 2, 3)))(params, x, q, k)
     chex.assert_tree_all_finite(grads)
-    gp, gx, gq, gk = grads
+    gp, gx, gq, _gk = grads
     assert float(jnp.abs(gx).sum()) > 0 and float(jnp.abs(gq).sum()) > 0
     for leaf in jax.tree.leaves(gp):  # every learned table gets a gradient
         assert float(jnp.abs(leaf).sum()) > 0

@@ -8,7 +8,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 def test_readme_tour_runs():
     text = (ROOT / "README.md").read_text()
-    blocks = re.findall(r"```python\n(.*?)```", text, re.S)
+    blocks = re.findall(r"```python\n(.*?)```", text, re.DOTALL)
     assert blocks, "README.md has no python block"
     namespace: dict = {}
     exec(compile(blocks[0], "README.md:tour", "exec"), namespace)  # noqa: S102

@@ -23,8 +23,8 @@ ENCODINGS = {
 
 
 def tiny(encoding="rope", **kw):
-    base = dict(vocab_size=V, num_layers=2, embed_dim=32, num_heads=4, num_kv_heads=2,
-                mlp_dim=48, encoding=encoding, encoding_kwargs=ENCODINGS.get(encoding, {}))
+    base = {"vocab_size": V, "num_layers": 2, "embed_dim": 32, "num_heads": 4, "num_kv_heads": 2,
+                "mlp_dim": 48, "encoding": encoding, "encoding_kwargs": ENCODINGS.get(encoding, {})}
     base.update(kw)
     return TransformerConfig(**base)
 
@@ -174,8 +174,8 @@ def test_each_layer_has_its_own_encoding_params():
 
 
 def test_every_param_has_logical_axis_names():
-    for kw in (dict(encoding="learned", tie_embeddings=False, mlp_activation="gelu"),
-               dict(encoding="shaw"), dict(encoding="t5")):
+    for kw in ({"encoding": "learned", "tie_embeddings": False, "mlp_activation": "gelu"},
+               {"encoding": "shaw"}, {"encoding": "t5"}):
         model = Transformer(tiny(**kw), rngs=nnx.Rngs(0))
         params = jax.tree.leaves(nnx.state(model, nnx.Param),
                                  is_leaf=lambda x: isinstance(x, nnx.Variable))
@@ -233,20 +233,20 @@ def test_learned_table_shorter_than_the_input():
 
 
 @pytest.mark.parametrize("kw,match", [
-    (dict(embed_dim=30), "embed_dim=30 must be divisible by num_heads=4"),
-    (dict(num_kv_heads=3), "num_heads=4 must be divisible by num_kv_heads=3"),
-    (dict(head_dim=7), r"rotary_dim must be even.*head_dim=7"),
-    (dict(attention="flash"), "unknown attention implementation 'flash'.*'dense', 'blockwise'"),
-    (dict(encoding="xpos", encoding_kwargs={}), "Unknown encoding 'xpos'; valid names are: "),
-    (dict(mlp_activation="relu"), "unknown mlp_activation 'relu'"),
-    (dict(layer_encodings=["rope"]), "layer_encodings has 1 entries but num_layers=2"),
-    (dict(layer_encodings=["rope", "sinusoidal"]),
+    ({"embed_dim": 30}, "embed_dim=30 must be divisible by num_heads=4"),
+    ({"num_kv_heads": 3}, "num_heads=4 must be divisible by num_kv_heads=3"),
+    ({"head_dim": 7}, r"rotary_dim must be even.*head_dim=7"),
+    ({"attention": "flash"}, "unknown attention implementation 'flash'.*'dense', 'blockwise'"),
+    ({"encoding": "xpos", "encoding_kwargs": {}}, "Unknown encoding 'xpos'; valid names are: "),
+    ({"mlp_activation": "relu"}, "unknown mlp_activation 'relu'"),
+    ({"layer_encodings": ["rope"]}, "layer_encodings has 1 entries but num_layers=2"),
+    ({"layer_encodings": ["rope", "sinusoidal"]},
      r"layer_encodings\[1\]='sinusoidal' is additive"),
-    (dict(dtype="int32"), "dtype must be a float dtype"),
-    (dict(vocab_size=0), "vocab_size must be a positive int, got vocab_size=0"),
-    (dict(encoding="alibi", encoding_kwargs={"num_heads": 8}),
+    ({"dtype": "int32"}, "dtype must be a float dtype"),
+    ({"vocab_size": 0}, "vocab_size must be a positive int, got vocab_size=0"),
+    ({"encoding": "alibi", "encoding_kwargs": {"num_heads": 8}},
      "num_heads=8 does not match the model's num_heads=4"),
-    (dict(dense_backend="triton"), "unknown dense_backend 'triton'"),
+    ({"dense_backend": "triton"}, "unknown dense_backend 'triton'"),
 ])
 def test_config_errors_name_the_bad_values(kw, match):
     with pytest.raises(ValueError, match=match):
