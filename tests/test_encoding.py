@@ -203,3 +203,63 @@ def test_rope_hook_with_scaling_equals_positions_over_factor():
     inv = posenc_jax.rope.inv_freq(D)
     want_q = posenc_jax.rope.apply(q, pos.astype(jnp.float32) / 4.0, inv)
     chex.assert_trees_all_close(got_q, want_q, rtol=1e-5, atol=1e-5)
+
+
+def _angle_tolerance(max_pos: float, freqs: np.ndarray) -> np.ndarray:
+    """What float32 angles cost at position p: the rounding of the frequency and of p * f,
+    about 2 * p * f * 2^-24 radians (bfloat16 angles would cost p * f * 2^-8)."""
+    return 2.0 * max_pos * freqs * 2.0**-24 + 1e-6
+
+
+def test_every_hook_in_bfloat16_at_positions_near_1e6_matches_float64():
+    """DESIGN.md: every hook in bfloat16 stays within tolerance of a float64 reference at
+    positions up to 10^6 (angles are float32 whatever the activation dtype)."""
+    length, offset = 8, 10**6 - 8
+    pos = jnp.asarray(np.stack([np.arange(length) + offset, np.arange(length) + offset // 3]),
+                      jnp.int32)
+    p64 = np.asarray(pos, np.float64)
+    bf16_ulp = 2.0**-8  # relative spacing of bfloat16 near 1
+
+    # sinusoidal: PE[2i] = sin(p w_i), PE[2i+1] = cos(p w_i)
+    enc = posenc_jax.get("sinusoidal", embed_dim=E)
+    got = np.asarray(jax.jit(enc.embed)({}, jnp.zeros((2, length, E), jnp.bfloat16), pos),
+                     np.float64)
+    w = 1.0 / 10000.0 ** (np.arange(0, E, 2) / E)
+    want = np.zeros((2, length, E))
+    want[..., 0::2], want[..., 1::2] = np.sin(p64[..., None] * w), np.cos(p64[..., None] * w)
+    tol = np.repeat(_angle_tolerance(1e6, w), 2) + bf16_ulp
+    assert np.all(np.abs(got - want) <= tol), np.max(np.abs(got - want) - tol)
+
+    # rope: rotate bf16 q, compare with the float64 rotation of the same bf16 values
+    rng = np.random.default_rng(7)
+    q = jnp.asarray(rng.standard_normal((2, length, H, D)), jnp.bfloat16)
+    enc = posenc_jax.get("rope", head_dim=D)
+    got_q, _ = jax.jit(enc.rotate)({}, q, q, pos, pos)
+    q64 = np.asarray(q, np.float64)
+    r = D // 2
+    w = 1.0 / 10000.0 ** (np.arange(0, D, 2) / D)
+    ang = p64[..., None, None] * w                                   # [B, L, 1, R]
+    x1, x2 = q64[..., :r], q64[..., r:]
+    want = np.concatenate([x1 * np.cos(ang) - x2 * np.sin(ang),
+                           x2 * np.cos(ang) + x1 * np.sin(ang)], -1)
+    mag = np.abs(x1) + np.abs(x2)
+    tol = np.concatenate([mag * _angle_tolerance(1e6, w)] * 2, -1) + bf16_ulp * np.abs(want)
+    err = np.abs(np.asarray(got_q, np.float64) - want)
+    assert np.all(err <= tol + 1e-6), np.max(err - tol)
+
+    # alibi: -slope * |i - j| from integer differences, exact in float32
+    enc = posenc_jax.get("alibi", num_heads=H)
+    got = np.asarray(jax.jit(enc.bias)({}, pos, pos))
+    slopes = np.asarray(posenc_jax.alibi.slopes(H), np.float64)
+    want = -slopes[None, :, None, None] * np.abs(p64[:, None, :, None] - p64[:, None, None, :])
+    np.testing.assert_allclose(got, want, rtol=1e-7)
+
+    # t5 and shaw read only j - i: at 10^6 they equal the same bias at positions from 0
+    base = pos - jnp.min(pos, axis=1, keepdims=True)
+    for name in ["t5", "shaw"]:
+        enc = build(name)
+        params = enc.init(jax.random.key(8))
+        qs = q * D**-0.5
+        bias = jax.jit(lambda prm, p, qq, e=enc: e.bias(prm, p, p, q=qq))
+        far, near = bias(params, pos, qs), bias(params, base, qs)
+        np.testing.assert_array_equal(np.asarray(far), np.asarray(near))
