@@ -38,6 +38,12 @@ def require_int(value, name: str, *, minimum: int) -> int:
     return value
 
 
+def positive_int(name: str, value) -> None:
+    """ValueError naming the value unless it is an int >= 1 (bools are not ints here)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be a positive int, got {name}={value!r}")
+
+
 def pair(q_positions, k_positions):
     """q [..., Lq] and k [..., Lk] -> ([..., Lq, 1], [..., 1, Lk]) of equal rank.
 

@@ -36,7 +36,7 @@ import jax.numpy as jnp
 
 from posenc_jax.encoding import Encoding
 
-__all__ = ["DENSE_BACKENDS", "IMPLEMENTATIONS", "attend", "build_mask", "encoding_bias"]
+__all__ = ["DENSE_BACKENDS", "IMPLEMENTATIONS", "as_2d", "attend", "build_mask", "encoding_bias"]
 
 IMPLEMENTATIONS = ("dense", "blockwise")
 DENSE_BACKENDS = (None, "xla", "cudnn")
@@ -53,7 +53,7 @@ def check_implementation(implementation: str, dense_backend: str | None = None) 
                          f"{', '.join(map(repr, DENSE_BACKENDS))}")
 
 
-def _as_2d(x, length: int, batch: int, what: str) -> Array | None:
+def as_2d(x, length: int, batch: int, what: str) -> Array | None:
     """[L] or [B|1, L] -> [B|1, L] (None stays None)."""
     if x is None:
         return None
@@ -157,11 +157,11 @@ def attend(q: Array, k: Array, v: Array, *, encoding: Encoding, params: Any = No
         raise ValueError(f"num_heads H={h} must be divisible by num_kv_heads K={kh}")
     if (q_segment_ids is None) != (k_segment_ids is None):
         raise ValueError("give both q_segment_ids and k_segment_ids, or neither")
-    qp = _as_2d(q_positions, lq, b, "q_positions")
-    kp = _as_2d(k_positions, lk, b, "k_positions")
-    qs = _as_2d(q_segment_ids, lq, b, "q_segment_ids")
-    ks = _as_2d(k_segment_ids, lk, b, "k_segment_ids")
-    km = _as_2d(k_mask, lk, b, "k_mask")
+    qp = as_2d(q_positions, lq, b, "q_positions")
+    kp = as_2d(k_positions, lk, b, "k_positions")
+    qs = as_2d(q_segment_ids, lq, b, "q_segment_ids")
+    ks = as_2d(k_segment_ids, lk, b, "k_segment_ids")
+    km = as_2d(k_mask, lk, b, "k_mask")
     if encoding.bias_needs_query:  # the bias varies with q's batch row anyway
         qp, kp = jnp.broadcast_to(qp, (b, lq)), jnp.broadcast_to(kp, (b, lk))
     if implementation == "blockwise":

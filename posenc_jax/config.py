@@ -21,48 +21,18 @@ cannot be per-layer: they act only at the input (set them as `encoding`).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
 from typing import Any
 
 import jax.numpy as jnp
 
-from posenc_jax.attention import DENSE_BACKENDS, IMPLEMENTATIONS, check_implementation
+from posenc_jax._checks import positive_int as _positive_int
+from posenc_jax._frozen import _FrozenDict, freeze, thaw
+from posenc_jax.attention import check_implementation
 from posenc_jax.encoding import Encoding, for_model
 
 __all__ = ["TransformerConfig", "freeze", "thaw"]
 
 MLP_ACTIVATIONS = ("swiglu", "gelu")
-
-
-class _FrozenDict(tuple):
-    """A hashable dict: a sorted tuple of (key, frozen value) pairs."""
-
-    __slots__ = ()
-
-    def __repr__(self):
-        return repr(thaw(self))
-
-
-def freeze(value: Any) -> Any:
-    """Dicts (and ConfigDicts) -> `_FrozenDict`, lists -> tuples, recursively: hashable."""
-    if hasattr(value, "to_dict") and callable(value.to_dict):  # ml_collections.ConfigDict
-        value = value.to_dict()
-    if isinstance(value, _FrozenDict):
-        return value
-    if isinstance(value, Mapping):
-        return _FrozenDict(sorted((str(k), freeze(v)) for k, v in value.items()))
-    if isinstance(value, (list, tuple)):
-        return tuple(freeze(v) for v in value)
-    return value
-
-
-def thaw(value: Any) -> Any:
-    """Inverse of `freeze`: `_FrozenDict` -> dict, tuples -> lists."""
-    if isinstance(value, _FrozenDict):
-        return {k: thaw(v) for k, v in value}
-    if isinstance(value, tuple):
-        return [thaw(v) for v in value]
-    return value
 
 
 def _freeze_kwargs(value: Any, what: str) -> _FrozenDict:
@@ -76,11 +46,6 @@ def _freeze_kwargs(value: Any, what: str) -> _FrozenDict:
     if not isinstance(value, dict):
         raise TypeError(f"{what} must be a dict, got {value!r}")
     return freeze(value)
-
-
-def _positive_int(name: str, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be a positive int, got {name}={value!r}")
 
 
 def _float_dtype(name: str, value: Any) -> str:
@@ -155,8 +120,7 @@ class TransformerConfig:
         if self.mlp_activation not in MLP_ACTIVATIONS:
             raise ValueError(f"unknown mlp_activation {self.mlp_activation!r}; valid: "
                              f"{', '.join(map(repr, MLP_ACTIVATIONS))}")
-        if self.attention not in IMPLEMENTATIONS or self.dense_backend not in DENSE_BACKENDS:
-            check_implementation(self.attention, self.dense_backend)
+        check_implementation(self.attention, self.dense_backend)
         _positive_int("block_size", self.block_size)
         set_("dtype", _float_dtype("dtype", self.dtype))
         set_("param_dtype", _float_dtype("param_dtype", self.param_dtype))

@@ -154,9 +154,15 @@ class Encoding:
         return x
 
     def rotate(self, params: Params, q: Array, k: Array, q_positions: Array,
-               k_positions: Array) -> tuple[Array, Array]:
-        """Rotates queries `[B, Lq, H, D]` and keys `[B, Lk, K, D]` by their positions."""
-        del params, q_positions, k_positions
+               k_positions: Array, *, seq_len: Array | int | None = None
+               ) -> tuple[Array, Array]:
+        """Rotates queries `[B, Lq, H, D]` and keys `[B, Lk, K, D]` by their positions.
+
+        `seq_len` is the length a length-dependent scheme reads (dynamic NTK, LongRoPE);
+        default `max(k_positions) + 1`. A KV cache passes the whole sequence's length while
+        rotating only the new tokens.
+        """
+        del params, q_positions, k_positions, seq_len
         return q, k
 
     def bias(self, params: Params, q_positions: Array, k_positions: Array, *,

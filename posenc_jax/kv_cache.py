@@ -43,6 +43,7 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
+from posenc_jax._checks import positive_int
 from posenc_jax.encoding import Encoding
 
 __all__ = ["KVCache", "Memory", "init_cache", "rotate", "step"]
@@ -95,9 +96,8 @@ def init_cache(model_or_config, batch_size: int, max_len: int, dtype=None) -> KV
     dtype: of the k/v buffers (default: the model's activation dtype).
     """
     cfg = getattr(model_or_config, "config", model_or_config)
-    for name, value in (("batch_size", batch_size), ("max_len", max_len)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be a positive int, got {name}={value!r}")
+    positive_int("batch_size", batch_size)
+    positive_int("max_len", max_len)
     dtype = jnp.dtype(cfg.dtype if dtype is None else dtype)
     shape = (batch_size, max_len, cfg.num_kv_heads, cfg.head_dim)
     buffers = tuple(jnp.zeros(shape, dtype) for _ in range(cfg.num_layers))
@@ -112,20 +112,14 @@ def rotate(encoding: Encoding, params: Any, q: Array, k: Array, positions: Array
            seq_positions: Array) -> tuple[Array, Array]:
     """Rotates q [B, T, H, D] and k [B, T, K, D] at `positions` [B|1, T].
 
-    For a length-dependent encoding whose sequence is longer than the new tokens (a cache),
-    the hook must see every position to read the right length: q and k are rotated together
-    as the hook's query against `seq_positions` [B|1, S] (filled slots' positions, int32 min
-    elsewhere) as its keys; the dummy keys are dead code that XLA drops.
+    A length-dependent encoding reads the length of the whole sequence, not of the new
+    tokens: `max(seq_positions) + 1`, where `seq_positions` [B|1, S] holds the filled slots'
+    positions (int32 min elsewhere).
     """
-    if not encoding.has_rotate:
-        return q, k
     if seq_positions is positions or not encoding.is_length_dependent:
         return encoding.rotate(params, q, k, positions, positions)
-    h = q.shape[2]
-    dummy = jnp.zeros(seq_positions.shape + (1, q.shape[-1]), q.dtype)
-    qk, _ = encoding.rotate(params, jnp.concatenate([q, k.astype(q.dtype)], axis=2), dummy,
-                            positions, seq_positions)
-    return qk[:, :, :h], qk[:, :, h:].astype(k.dtype)
+    return encoding.rotate(params, q, k, positions, positions,
+                           seq_len=jnp.max(seq_positions) + 1)
 
 
 def _update(buf: Array, new: Array, index: Array) -> Array:

@@ -244,10 +244,11 @@ def llama3(inv_freq, *, factor: float, low_freq_factor: float, high_freq_factor:
     return _out(out)
 
 
-def _config(scaling, rotary_dim: int, max_position_embeddings) -> dict[str, Any] | None:
-    if scaling is None:
-        return None
-    return validate(scaling, rotary_dim=rotary_dim, max_position_embeddings=max_position_embeddings)
+def check_theta(cfg: Mapping[str, Any] | None, *, base: float) -> None:
+    """ValueError when a validated scaling dict carries a rope_theta that is not `base`."""
+    if cfg is not None and "rope_theta" in cfg and cfg["rope_theta"] != float(base):
+        raise ValueError(f"scaling has rope_theta={cfg['rope_theta']:g} but base={base!r}; "
+                         "they must agree")
 
 
 def frequencies(scaling: Mapping[str, Any] | None, *, rotary_dim: int, base: float,
@@ -258,10 +259,16 @@ def frequencies(scaling: Mapping[str, Any] | None, *, rotary_dim: int, base: flo
     seq_len: the current length, max(k_positions) + 1 (int or traced scalar); used by
     dynamic and longrope only; None means "at or below the original length".
     """
-    cfg = _config(scaling, rotary_dim, max_position_embeddings)
-    if cfg is not None and "rope_theta" in cfg and cfg["rope_theta"] != float(base):
-        raise ValueError(f"scaling has rope_theta={cfg['rope_theta']:g} but base={base!r}; "
-                         "they must agree")
+    cfg = None if scaling is None else validate(
+        scaling, rotary_dim=rotary_dim, max_position_embeddings=max_position_embeddings)
+    check_theta(cfg, base=base)
+    return frequencies_validated(cfg, rotary_dim=rotary_dim, base=base, seq_len=seq_len)
+
+
+def frequencies_validated(cfg: Mapping[str, Any] | None, *, rotary_dim: int, base: float,
+                          seq_len=None) -> Result:
+    """`frequencies` for a dict that `validate` already returned (no re-validation: what the
+    `rope` encoding calls on every forward pass)."""
     inv_freq = rope.inv_freq(rotary_dim, base=base)
     kind = "default" if cfg is None else cfg["rope_type"]
     if kind == "default":

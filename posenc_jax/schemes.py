@@ -9,13 +9,14 @@ Hyperparameters are the dataclass fields; `posenc_jax.get(name, **fields)` build
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+import functools
 from typing import Any, ClassVar
 
 import jax.numpy as jnp
 
 from posenc_jax import alibi, learned, relative, rope, rope_scaling, sinusoidal
 from posenc_jax._checks import require_integer
+from posenc_jax._frozen import freeze, thaw
 from posenc_jax.encoding import Array, Encoding, register
 
 
@@ -85,19 +86,6 @@ class Learned(Encoding):
         _check_equal(self.name, "embed_dim", self.embed_dim, embed_dim)
 
 
-def _freeze(value: Any) -> Any:
-    """Turns dicts and lists into hashable tuples so a scheme can be a static jit argument."""
-    if isinstance(value, Mapping):
-        return tuple(sorted((k, _freeze(v)) for k, v in value.items()))
-    if isinstance(value, (list, tuple)):
-        return tuple(_freeze(v) for v in value)
-    return value
-
-
-def _thaw(value: Any) -> dict[str, Any]:
-    return {k: list(v) if isinstance(v, tuple) else v for k, v in value}
-
-
 @register("rope")
 @dataclasses.dataclass(frozen=True)
 class RoPE(Encoding):
@@ -138,15 +126,16 @@ class RoPE(Encoding):
             raise ValueError(f"rope: unknown layout {self.layout!r}; valid: 'half', 'interleaved'")
         rope.inv_freq(rotary_dim, base=self.base)  # validates the base
         if self.scaling is not None:
-            raw = _thaw(self.scaling) if isinstance(self.scaling, tuple) else self.scaling
+            raw = thaw(self.scaling) if isinstance(self.scaling, tuple) else self.scaling
             scaling = rope_scaling.validate(
                 raw, rotary_dim=rotary_dim, max_position_embeddings=self.max_position_embeddings)
-            object.__setattr__(self, "scaling", _freeze(scaling))
+            rope_scaling.check_theta(scaling, base=self.base)
+            object.__setattr__(self, "scaling", freeze(scaling))
 
-    @property
+    @functools.cached_property
     def scaling_dict(self) -> dict[str, Any] | None:
         """The validated scaling dict (None for plain RoPE)."""
-        return None if self.scaling is None else _thaw(self.scaling)
+        return None if self.scaling is None else thaw(self.scaling)
 
     @property
     def is_length_dependent(self):
@@ -154,9 +143,8 @@ class RoPE(Encoding):
 
     def frequencies(self, seq_len: Array | int | None = None) -> tuple[Array, Array]:
         """`(inv_freq [R] float32, attention_factor)` for a sequence of length `seq_len`."""
-        return rope_scaling.frequencies(
-            self.scaling_dict, rotary_dim=self.rotary_dim, base=self.base, seq_len=seq_len,
-            max_position_embeddings=self.max_position_embeddings)
+        return rope_scaling.frequencies_validated(
+            self.scaling_dict, rotary_dim=self.rotary_dim, base=self.base, seq_len=seq_len)
 
     def regime(self, k_positions):
         if not self.is_length_dependent:
@@ -164,18 +152,17 @@ class RoPE(Encoding):
         return rope_scaling.regime(self.scaling_dict, seq_len=jnp.max(k_positions) + 1,
                                    max_position_embeddings=self.max_position_embeddings)
 
-    def rotate(self, params, q, k, q_positions, k_positions):
+    def rotate(self, params, q, k, q_positions, k_positions, *, seq_len=None):
         require_integer(q_positions, "q_positions")
         require_integer(k_positions, "k_positions")
-        seq_len = jnp.max(k_positions) + 1 if self.is_length_dependent else None
+        if not self.is_length_dependent:
+            seq_len = None
+        elif seq_len is None:
+            seq_len = jnp.max(k_positions) + 1
         inv_freq, factor = self.frequencies(seq_len)
 
-        def table(positions):
-            cos, sin = rope.cos_sin(positions, inv_freq)
-            if self.scaling is not None:  # the factor may be a traced float32 [] under jit
-                factor32 = jnp.asarray(factor, jnp.float32)
-                cos, sin = cos * factor32, sin * factor32
-            return cos, sin
+        def table(positions):  # the factor is a concrete float32, never traced
+            return rope.cos_sin(positions, inv_freq, attention_factor=float(factor))
 
         k_cos, k_sin = table(k_positions)
         if q_positions is k_positions:  # self-attention without a cache: one table for both

@@ -17,6 +17,8 @@ import numbers
 
 import jax.numpy as jnp
 
+from posenc_jax import rope
+
 __all__ = ["encode", "frequencies", "shift_matrix"]
 
 
@@ -30,8 +32,7 @@ def _check(dim: int, base: float) -> None:
 def frequencies(dim: int, *, base: float = 10000.0) -> jnp.ndarray:
     """Angular frequencies 1 / base^(2i/dim) for i = 0..dim/2-1, float32 [dim // 2]."""
     _check(dim, base)
-    exponents = jnp.arange(0, dim, 2, dtype=jnp.float32) / jnp.float32(dim)
-    return 1.0 / (jnp.float32(base) ** exponents)
+    return rope.inv_freq(dim, base=base)  # the same 1 / base^(2i/d) as RoPE's
 
 
 def encode(positions, dim: int, *, base: float = 10000.0) -> jnp.ndarray:
@@ -49,9 +50,8 @@ def encode(positions, dim: int, *, base: float = 10000.0) -> jnp.ndarray:
       ValueError: odd or < 2 `dim`, non-positive `base`.
     """
     freq = frequencies(dim, base=base)                          # [E/2]
-    pos = jnp.asarray(positions).astype(jnp.float32)[..., None]         # [..., L, 1]
-    angles = pos * freq.reshape((1,) * (pos.ndim - 1) + freq.shape)     # [..., L, E/2]
-    pe = jnp.stack([jnp.sin(angles), jnp.cos(angles)], axis=-1)  # [..., L, E/2, 2]
+    cos, sin = rope.cos_sin(positions, freq)                    # [..., L, E/2] each
+    pe = jnp.stack([sin, cos], axis=-1)                          # [..., L, E/2, 2]
     return pe.reshape(*pe.shape[:-2], dim)
 
 

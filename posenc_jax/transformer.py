@@ -63,7 +63,7 @@ from flax.core import meta as flax_meta
 from flax.core import spmd as flax_spmd
 
 from posenc_jax import kv_cache
-from posenc_jax.attention import attend
+from posenc_jax.attention import as_2d, attend
 from posenc_jax.config import TransformerConfig
 from posenc_jax.encoding import Encoding
 from posenc_jax.generate import generate
@@ -272,18 +272,8 @@ class Transformer(nnx.Module):
         """The forward pass proper: (logits float32 [B, T, V], per-layer (k, v) or Nones)."""
         cfg, dt = self.config, self.config.dtype
         b, t = tokens.shape
-        positions = jnp.asarray(positions)
-        if positions.ndim == 1:
-            positions = positions[None, :]
-        if positions.shape not in ((1, t), (b, t)):
-            raise ValueError(f"positions must be [L={t}] or [B={b}, L={t}], got shape "
-                             f"{positions.shape}")
-        if segment_ids is not None:
-            segment_ids = jnp.asarray(segment_ids)
-            segment_ids = segment_ids[None, :] if segment_ids.ndim == 1 else segment_ids
-            if segment_ids.shape not in ((1, t), (b, t)):
-                raise ValueError(f"segment_ids must be [L={t}] or [B={b}, L={t}], got shape "
-                                 f"{segment_ids.shape}")
+        positions = as_2d(positions, t, b, "positions")              # [B|1, T]
+        segment_ids = as_2d(segment_ids, t, b, "segment_ids")        # [B|1, T] or None
         emb = self.embedding[...]
         x = jnp.take(emb, tokens, axis=0, mode="fill", fill_value=jnp.nan).astype(dt)
         x = x * jnp.asarray(math.sqrt(cfg.embed_dim), dt)

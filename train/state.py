@@ -27,7 +27,7 @@ from flax import nnx
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from posenc_jax.config import TransformerConfig
+from posenc_jax.config import TransformerConfig, freeze
 from train import optim, sharding
 
 
@@ -123,24 +123,13 @@ def make_setup(config: Any, mesh: Mesh, *, model_overrides: Mapping[str, Any] | 
     second run of the same experiment in one process (a resume, an evaluation) reuses the
     compiled functions kept in `cache`.
     """
-    key = (_freeze({k: config.get(k) for k in optim.OPTIMIZER_KEYS}), _freeze(config.model),
-           _freeze(config.logical_axis_rules), mesh, _freeze(model_overrides or {}))
+    key = (freeze({k: config.get(k) for k in optim.OPTIMIZER_KEYS}), freeze(config.model),
+           freeze(config.logical_axis_rules), mesh, freeze(model_overrides or {}))
     if key not in _SETUPS:
         if len(_SETUPS) >= _MAX_SETUPS:
             _SETUPS.pop(next(iter(_SETUPS)))
         _SETUPS[key] = _make_setup(config, mesh, model_overrides=model_overrides)
     return _SETUPS[key]
-
-
-def _freeze(value: Any) -> Any:
-    """A hashable, order-independent form of nested dicts / ConfigDicts / sequences."""
-    if hasattr(value, "to_dict"):
-        value = value.to_dict()
-    if isinstance(value, Mapping):
-        return tuple(sorted((str(k), _freeze(v)) for k, v in value.items()))
-    if isinstance(value, (list, tuple)):
-        return tuple(_freeze(v) for v in value)
-    return value
 
 
 def _make_setup(config: Any, mesh: Mesh, *, model_overrides: Mapping[str, Any] | None
