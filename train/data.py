@@ -209,6 +209,13 @@ def _windows(stream: TokenStream, starts: np.ndarray, *, seq_len: int, packed: b
             "segment_ids": segment_ids, "weights": weights}
 
 
+def config_stream(dataset, split: str) -> TokenStream:
+    """The token stream of `split` for a `config.dataset` block (name, data_dir, max_tokens,
+    kwargs): the one place the trainer and the study turn a dataset config into data."""
+    return token_stream(dataset.name, split, data_dir=dataset.data_dir,
+                        max_tokens=dataset.get("max_tokens"), **dataset.kwargs.to_dict())
+
+
 def train_batch(stream: TokenStream, *, step: int, batch_size: int, seq_len: int, seed: int,
                 process_index: int = 0, process_count: int = 1,
                 packed: bool = False) -> dict[str, np.ndarray]:

@@ -78,6 +78,15 @@ def load_model(workdir: str, *, step: int | None = None, model_overrides=None, m
     {"scaling": {...}}}` for zero-shot RoPE scaling; the parameter shapes must not change).
     The parameters are placed on `mesh` (default: the config's mesh over `devices`).
     """
+    setup, params, config = load_params(workdir, step=step, model_overrides=model_overrides,
+                                        mesh=mesh, devices=devices, config=config)
+    return state_lib.merge_model(setup, params), config
+
+
+def load_params(workdir: str, *, step: int | None = None, model_overrides=None, mesh=None,
+                devices=None, config=None) -> tuple[Any, Any, Any]:
+    """`(setup, params, config)` from the checkpoint in `workdir`: `load_model` without
+    building the module (what an evaluation that swaps encodings on the same weights needs)."""
     import ml_collections
 
     directory = os.path.join(os.path.abspath(workdir), ckpt_lib.CHECKPOINT_DIR)
@@ -99,5 +108,4 @@ def load_model(workdir: str, *, step: int | None = None, model_overrides=None, m
             restored = ckpt.restore(step, setup.abstract)
     finally:
         ckpt.close()
-    model = state_lib.merge_model(setup, restored[0]["params"])
-    return model, config
+    return setup, restored[0]["params"], config

@@ -111,7 +111,6 @@ def _make_train_step(setup: TrainSetup, *, packed: bool, accum_steps: int):
         with setup.context():
             return jitted(state, {k: batch[k] for k in BATCH_KEYS})
 
-    step.jitted = jitted
     return step
 
 

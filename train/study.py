@@ -55,12 +55,12 @@ def _write_json(path: str, value: dict) -> None:
 
 def train_done(plan: Plan, encoding: str) -> bool:
     """True when `workdir/<encoding>` holds a finished training of this plan's config."""
-    from train import checkpoint, trainer
+    from train import checkpoint
 
     marker = _read_json(os.path.join(plan.model_dir(encoding), TRAIN_MARKER))
     if not marker or marker.get("fingerprint") != plan.fingerprints[encoding]:
         return False
-    directory = os.path.join(plan.model_dir(encoding), trainer.CHECKPOINT_DIR)
+    directory = os.path.join(plan.model_dir(encoding), checkpoint.CHECKPOINT_DIR)
     if not os.path.isdir(directory):
         return False
     ckpt = checkpoint.Checkpointer(directory, async_save=False)
@@ -97,19 +97,14 @@ class _Evaluator:
     """Restores one trained model and evaluates it with any encoding kwargs and length."""
 
     def __init__(self, plan: Plan, encoding: str):
-        from train import checkpoint, sharding, state, trainer
+        from train import evaluation, sharding
 
         self.plan, self.encoding = plan, encoding
         self.config = plan.train_configs[encoding]
         self.mesh = sharding.make_mesh(self.config.mesh)
-        setup = state.make_setup(self.config, self.mesh)
-        ckpt = checkpoint.Checkpointer(
-            os.path.join(plan.model_dir(encoding), trainer.CHECKPOINT_DIR), async_save=False)
-        try:
-            restored = ckpt.restore(self.config.num_train_steps, setup.abstract)
-        finally:
-            ckpt.close()
-        self.params = restored[0]["params"]
+        _, self.params, _ = evaluation.load_params(
+            plan.model_dir(encoding), step=self.config.num_train_steps, mesh=self.mesh,
+            config=self.config)
 
     def __call__(self, item: study_plan.EvalItem) -> dict:
         from train import state, trainer

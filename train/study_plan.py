@@ -107,6 +107,13 @@ def scaling_config(method: str, *, factor: float, train_len: int, rotary_dim: in
     return cfg
 
 
+
+def _eval_rows(batch_tokens: int, eval_len: int, shards: int) -> int:
+    """Windows per eval batch: batch_tokens // eval_len, at least 1, rounded up to a multiple
+    of the batch-sharding size."""
+    rows = max(1, batch_tokens // eval_len)
+    return -(-rows // shards) * shards
+
 def fingerprint(value: Any) -> str:
     text = json.dumps(value, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
@@ -173,8 +180,7 @@ class Plan:
     def eval_batch(self, eval_len: int) -> int:
         """Windows per eval batch: eval_batch_tokens // eval_len, at least 1, rounded up to a
         multiple of the batch-sharding size."""
-        rows = max(1, int(self.config.eval_batch_tokens) // eval_len)
-        return -(-rows // self.batch_shards) * self.batch_shards
+        return _eval_rows(int(self.config.eval_batch_tokens), eval_len, self.batch_shards)
 
     def eval_fingerprint(self, item: EvalItem) -> str:
         return fingerprint({
@@ -236,6 +242,8 @@ def _eval_bytes(mc, *, batch: int, length: int, attention: str, block: int) -> f
 
 
 def _check_workdir(plan_dir: str, encoding: str, fp: str) -> None:
+    from train.checkpoint import CHECKPOINT_DIR
+
     marker_path = os.path.join(plan_dir, MARKER)
     if os.path.exists(marker_path):
         with open(marker_path) as f:
@@ -245,7 +253,7 @@ def _check_workdir(plan_dir: str, encoding: str, fp: str) -> None:
                 f"{plan_dir} holds a training of {encoding!r} made with a different train "
                 f"config (fingerprint {marker.get('fingerprint')} != {fp}); use another "
                 "--workdir or remove that directory")
-    elif os.path.isdir(os.path.join(plan_dir, "checkpoints")):
+    elif os.path.isdir(os.path.join(plan_dir, CHECKPOINT_DIR)):
         raise ValueError(f"{plan_dir} holds checkpoints that this study did not write (no "
                          f"{MARKER}); use another --workdir or remove that directory")
 
@@ -319,12 +327,11 @@ def make_plan(config, workdir: str) -> Plan:
 
     mem_limit = float(config.max_eval_memory_gb) * 2**30
     for enc in encodings:
-        mc = state.transformer_config(train_configs[enc].model)
+        mc = model_configs[enc]
         attention = config.get("eval_attention") or mc.attention
         block = int(config.get("eval_block_size") or mc.block_size)
         for n in eval_lens:
-            rows = max(1, int(config.eval_batch_tokens) // n)
-            rows = -(-rows // batch_shards) * batch_shards
+            rows = _eval_rows(int(config.eval_batch_tokens), n, batch_shards)
             need = _eval_bytes(mc, batch=rows, length=n, attention=attention, block=block)
             if need > mem_limit:
                 raise ValueError(
@@ -333,8 +340,7 @@ def make_plan(config, workdir: str) -> Plan:
                     " use eval_attention='blockwise', lower eval_batch_tokens, or drop the length")
 
     ds = some.dataset
-    stream = data.token_stream(ds.name, config.eval_split, data_dir=ds.data_dir,
-                               max_tokens=ds.get("max_tokens"), **ds.kwargs.to_dict())
+    stream = data.config_stream(ds, config.eval_split)
     if num_tokens >= len(stream):
         raise ValueError(f"config.eval_num_tokens={num_tokens} must be < the {len(stream)} "
                          f"tokens of the {config.eval_split!r} split")

@@ -15,9 +15,10 @@ import os
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from train.study_plan import NO_SCALING
+
 COLUMNS = ("encoding", "scaling", "train_len", "eval_len", "loss", "ppl", "tokens",
            "eval_seconds", "note")
-NO_SCALING = "none"
 
 
 def row_key(row: Mapping[str, Any]) -> tuple[str, str, int]:

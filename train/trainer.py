@@ -75,15 +75,11 @@ class _Preemption:
 
 
 def _train_stream(config):
-    ds = config.dataset
-    return data.token_stream(ds.name, ds.train_split, data_dir=ds.data_dir,
-                             max_tokens=ds.get("max_tokens"), **ds.kwargs.to_dict())
+    return data.config_stream(config.dataset, config.dataset.train_split)
 
 
 def _eval_stream(config):
-    ds = config.dataset
-    return data.token_stream(ds.name, ds.eval_split, data_dir=ds.data_dir,
-                             max_tokens=ds.get("max_tokens"), **ds.kwargs.to_dict())
+    return data.config_stream(config.dataset, config.dataset.eval_split)
 
 
 def _check_config(config) -> None:
@@ -99,7 +95,7 @@ def _check_config(config) -> None:
 
 
 def _finite_or_raise(step: int, values: dict, ckpt: ckpt_lib.Checkpointer) -> dict:
-    host = {k: float(v) for k, v in values.items()}
+    host = {k: float(v) for k, v in jax.device_get(values).items()}  # one transfer
     bad = [k for k in ("loss", "grad_norm") if not math.isfinite(host[k])]
     if bad:
         ckpt.wait()
