@@ -30,7 +30,7 @@ def child(implementation: str, length: int, repeats: int, grad: bool, block: int
     import jax.numpy as jnp
 
     import posenc_jax
-    from posenc_jax.attention import attend
+    from posenc_jax.model.attention import attend
 
     enc = posenc_jax.get("alibi", num_heads=H)
     keys = jax.random.split(jax.random.key(0), 3)

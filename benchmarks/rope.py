@@ -1,4 +1,4 @@
-"""Benchmark: `posenc_jax.rope.apply` against a port of Hugging Face's recipe and a plain copy.
+"""Benchmark: `posenc_jax.encodings.rope.apply` against a port of Hugging Face's recipe and a plain copy.
 
 RoPE is memory-bound: it reads q and k once and writes them once, so the right yardstick is a
 jitted copy of the same bytes. Run from the repository root (quietest CPU you can get):
@@ -22,7 +22,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from posenc_jax import rope
+from posenc_jax.encodings import rope
 
 B, L, H, D = 4, 2048, 16, 128
 

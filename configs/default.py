@@ -12,7 +12,7 @@ Keys (flax examples/lm1b names where they exist):
   log_every_steps, eval_every_steps (0: only at the end), checkpoint_every_steps,
   checkpoints_to_keep, async_checkpointing
   dataset: name, data_dir, train_split, eval_split, packed, max_tokens, kwargs (builder)
-  model: the `posenc_jax.config.TransformerConfig` fields
+  model: the `posenc_jax.model.config.TransformerConfig` fields
   mesh: sizes of the axes data, fsdp, tensor (-1: all remaining devices)
   logical_axis_rules: (model logical axis, mesh axis | tuple | None) pairs, priority order
   eval: num_tokens (per length), lengths (eval sequence lengths), batch_size
@@ -21,7 +21,7 @@ Keys (flax examples/lm1b names where they exist):
 import ml_collections
 from ml_collections import config_dict
 
-# Every logical axis of posenc_jax.transformer.LOGICAL_AXES must appear here.
+# Every logical axis of posenc_jax.model.transformer.LOGICAL_AXES must appear here.
 LOGICAL_AXIS_RULES = (
     ("batch", ("data", "fsdp")),
     ("length", None),

@@ -1,7 +1,7 @@
 """posenc_jax: positional encodings for transformers as pure, jittable JAX functions.
 
 Every encoding injects order in one (or more) of three places, and every encoding in this
-package is one frozen dataclass with the same three pure hooks (see `posenc_jax.encoding`):
+package is one frozen dataclass with the same three pure hooks (see `posenc_jax.encodings.base`):
 
     embed(params, x, positions)            -> x          sinusoidal, learned
     rotate(params, q, k, q_pos, k_pos)     -> (q, k)     RoPE and its context extensions
@@ -21,53 +21,57 @@ Angles are computed in float32 whatever the activation dtype; outputs keep the i
 """
 
 import importlib
-from typing import TYPE_CHECKING
 
-from posenc_jax.encoding import Encoding, for_model, get, names, register
+from posenc_jax.encodings import Encoding, for_model, get, names, register
+
+# Short public names -> the module that holds them (loaded on first use, so that
+# `import posenc_jax` stays light and `posenc_jax.rope` works after a bare import).
+_MODULES = {
+    "checks": "posenc_jax.checks",
+    "encodings": "posenc_jax.encodings",
+    "model": "posenc_jax.model",
+    # floor 1: encodings
+    "alibi": "posenc_jax.encodings.alibi",
+    "base": "posenc_jax.encodings.base",
+    "frequencies": "posenc_jax.encodings.frequencies",
+    "hf_config": "posenc_jax.encodings.hf_config",
+    "learned": "posenc_jax.encodings.learned",
+    "nope": "posenc_jax.encodings.nope",
+    "relative": "posenc_jax.encodings.relative",
+    "rope": "posenc_jax.encodings.rope",
+    "rope_scaling": "posenc_jax.encodings.rope_scaling",
+    "shaw": "posenc_jax.encodings.shaw",
+    "sinusoidal": "posenc_jax.encodings.sinusoidal",
+    "t5": "posenc_jax.encodings.t5",
+    # floor 2: the model
+    "attention": "posenc_jax.model.attention",
+    "blockwise": "posenc_jax.model.blockwise",
+    "config": "posenc_jax.model.config",
+    "generate": "posenc_jax.model.generate",
+    "kv_cache": "posenc_jax.model.kv_cache",
+    "linen": "posenc_jax.model.linen",
+    "transformer": "posenc_jax.model.transformer",
+}
+# Classes users reach for most, by the module that defines them.
+_OBJECTS = {
+    "Transformer": "posenc_jax.model.transformer",
+    "TransformerConfig": "posenc_jax.model.config",
+}
 
 __all__ = [
-    "Encoding",
-    "alibi",
-    "attention",
-    "blockwise",
-    "config",
-    "encoding",
-    "for_model",
-    "generate",
-    "get",
-    "hf_config",
-    "kv_cache",
-    "learned",
-    "linen",
-    "names",
-    "register",
-    "relative",
-    "rope",
-    "rope_scaling",
-    "schemes",
-    "sinusoidal",
-    "transformer",
+    "Encoding", "for_model", "get", "names", "register", *sorted(_MODULES), *sorted(_OBJECTS),  # noqa: PLE0604
 ]
 __version__ = "0.1.0"
 
-_SUBMODULES = frozenset(__all__[5:])
-
-if TYPE_CHECKING:  # pragma: no cover
-    from posenc_jax import (
-        alibi,
-        attention,
-        learned,
-        linen,
-        relative,
-        rope,
-        rope_scaling,
-        sinusoidal,
-        transformer,
-    )
-
 
 def __getattr__(name: str):
-    """Imports submodules on first use (`posenc_jax.rope` works after `import posenc_jax`)."""
-    if name in _SUBMODULES:
-        return importlib.import_module(f"posenc_jax.{name}")
+    """Loads a short public name on first use (`posenc_jax.rope`, `posenc_jax.Transformer`)."""
+    if name in _MODULES:
+        return importlib.import_module(_MODULES[name])
+    if name in _OBJECTS:
+        return getattr(importlib.import_module(_OBJECTS[name]), name)
     raise AttributeError(f"module 'posenc_jax' has no attribute {name!r}")
+
+
+def __dir__():
+    return __all__

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from hypothesis import given
 
-from posenc_jax import alibi
+from posenc_jax.encodings import alibi
 
 _bias = jax.jit(alibi.bias)
 

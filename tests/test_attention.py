@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 
 import posenc_jax
-from posenc_jax.attention import attend
+from posenc_jax.model.attention import attend
 
 H, K, D = 4, 2, 8
 ENCODINGS = {

@@ -12,7 +12,7 @@ from absl import flags
 from jax.sharding import PartitionSpec as P
 from ml_collections import config_flags
 
-from posenc_jax.transformer import LOGICAL_AXES
+from posenc_jax.model.transformer import LOGICAL_AXES
 from train import optim, sharding, state, trainer
 
 pytestmark = pytest.mark.filterwarnings("ignore:the load_module")

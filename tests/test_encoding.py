@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import posenc_jax
-from posenc_jax import encoding
+from posenc_jax.encodings import base as encoding
 
 B, L, H, D = 2, 5, 4, 8
 E = H * D
@@ -200,8 +200,8 @@ def test_rope_hook_with_scaling_equals_positions_over_factor():
     _, q, k, pos = inputs(5)
     scaled = posenc_jax.get("rope", head_dim=D, scaling={"rope_type": "linear", "factor": 4.0})
     got_q, _ = jax.jit(scaled.rotate)({}, q, k, pos, pos)
-    inv = posenc_jax.rope.inv_freq(D)
-    want_q = posenc_jax.rope.apply(q, pos.astype(jnp.float32) / 4.0, inv)
+    inv = posenc_jax.encodings.rope.inv_freq(D)
+    want_q = posenc_jax.encodings.rope.apply(q, pos.astype(jnp.float32) / 4.0, inv)
     chex.assert_trees_all_close(got_q, want_q, rtol=1e-5, atol=1e-5)
 
 
@@ -250,7 +250,7 @@ def test_every_hook_in_bfloat16_at_positions_near_1e6_matches_float64():
     # alibi: -slope * |i - j| from integer differences, exact in float32
     enc = posenc_jax.get("alibi", num_heads=H)
     got = np.asarray(jax.jit(enc.bias)({}, pos, pos))
-    slopes = np.asarray(posenc_jax.alibi.slopes(H), np.float64)
+    slopes = np.asarray(posenc_jax.encodings.alibi.slopes(H), np.float64)
     want = -slopes[None, :, None, None] * np.abs(p64[:, None, :, None] - p64[:, None, None, :])
     np.testing.assert_allclose(got, want, rtol=1e-7)
 

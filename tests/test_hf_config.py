@@ -1,4 +1,4 @@
-"""posenc_jax.hf_config / rope_scaling.from_hf_config: parity with Hugging Face transformers.
+"""posenc_jax.encodings.hf_config / hf_config.from_hf_config: parity with Hugging Face transformers.
 
 tests/data/hf_rope_golden.json holds transformers' own `inv_freq` and `attention_scaling`,
 taken from each model's rotary-embedding module after its forward at the given length, for
@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import posenc_jax
-from posenc_jax import hf_config, rope_scaling
+from posenc_jax.encodings import hf_config, rope_scaling
 
 GOLDEN = json.loads((pathlib.Path(__file__).parent / "data" / "hf_rope_golden.json").read_text())
 CASES = GOLDEN["cases"]
@@ -40,7 +40,7 @@ def test_from_hf_config_matches_transformers(name, version, seq_len):
     config, want = CASES[name]["config"], CASES[name]["hf"][version]["by_seq_len"][seq_len]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # e.g. a lone `mscale`, which transformers ignores too
-        inv, factor = rope_scaling.from_hf_config(
+        inv, factor = hf_config.from_hf_config(
             config, seq_len=None if seq_len == "none" else int(seq_len))
     np.testing.assert_allclose(np.asarray(inv), np.array(want["inv_freq"], np.float32),
                                rtol=2e-6, atol=0)
@@ -58,11 +58,11 @@ def test_the_two_transformers_generations_agree_where_both_read_the_config():
 
 def test_known_numbers():
     """Values quoted in the closing note, and the published formulas they come from."""
-    _, yarn_af = rope_scaling.from_hf_config(CASES["qwen2.5-7b-yarn"]["config"])
+    _, yarn_af = hf_config.from_hf_config(CASES["qwen2.5-7b-yarn"]["config"])
     assert float(yarn_af) == pytest.approx(0.1 * math.log(4) + 1, rel=1e-7)
-    _, phi_af = rope_scaling.from_hf_config(CASES["phi3.5-mini-longrope"]["config"])
+    _, phi_af = hf_config.from_hf_config(CASES["phi3.5-mini-longrope"]["config"])
     assert float(phi_af) == pytest.approx(math.sqrt(1 + math.log(32) / math.log(4096)), rel=1e-7)
-    _, ds_af = rope_scaling.from_hf_config(CASES["deepseek-v3"]["config"])
+    _, ds_af = hf_config.from_hf_config(CASES["deepseek-v3"]["config"])
     assert float(ds_af) == 1.0  # mscale == mscale_all_dim: the temperature moves to the softmax
 
 
@@ -78,19 +78,19 @@ def test_mla_softmax_scale_factor(name):
 
 
 def test_rope_kwargs_build_the_same_encoding():
-    kwargs = rope_scaling.rope_kwargs_from_hf_config(CASES["llama3.1-8b"]["config"])
+    kwargs = hf_config.rope_kwargs_from_hf_config(CASES["llama3.1-8b"]["config"])
     assert kwargs == {"head_dim": 128, "rotary_dim": 128, "base": 500000.0,
                       "max_position_embeddings": 131072,
                       "scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
                                   "high_freq_factor": 4.0,
                                   "original_max_position_embeddings": 8192}}
-    ds = rope_scaling.rope_kwargs_from_hf_config(CASES["deepseek-v3"]["config"])
+    ds = hf_config.rope_kwargs_from_hf_config(CASES["deepseek-v3"]["config"])
     assert (ds["head_dim"], ds["rotary_dim"]) == (64, 64)  # qk_rope_head_dim, not 7168 // 128
     for name, seq_len in (("phi3.5-mini-longrope", 131072), ("dynamic", 6000),
                           ("phi4-mini-like-longrope-partial", 8192), ("qwen2.5-7b-yarn", None)):
-        kwargs = rope_scaling.rope_kwargs_from_hf_config(CASES[name]["config"])
+        kwargs = hf_config.rope_kwargs_from_hf_config(CASES[name]["config"])
         enc = posenc_jax.get("rope", **kwargs)
-        got, want = enc.frequencies(seq_len), rope_scaling.from_hf_config(
+        got, want = enc.frequencies(seq_len), hf_config.from_hf_config(
             CASES[name]["config"], seq_len=seq_len)
         np.testing.assert_array_equal(np.asarray(got[0]), np.asarray(want[0]))
         assert float(got[1]) == float(want[1])
@@ -102,15 +102,15 @@ BASE = {"hidden_size": 1024, "num_attention_heads": 16, "max_position_embeddings
 def test_reading_priorities():
     both = {**BASE, "rope_theta": 10000.0,
             "rope_parameters": {"rope_type": "linear", "factor": 2.0, "rope_theta": 5e5}}
-    kw = rope_scaling.rope_kwargs_from_hf_config(both)
+    kw = hf_config.rope_kwargs_from_hf_config(both)
     assert kw["base"] == 5e5 and kw["scaling"] == {"rope_type": "linear", "factor": 2.0}
     legacy_wins = {**both, "rope_scaling": {"type": "linear", "factor": 4.0}}
-    kw = rope_scaling.rope_kwargs_from_hf_config(legacy_wins)
+    kw = hf_config.rope_kwargs_from_hf_config(legacy_wins)
     assert kw["base"] == 10000.0 and kw["scaling"]["factor"] == 4.0
     neox = {**BASE, "rotary_pct": 0.25}
-    assert rope_scaling.rope_kwargs_from_hf_config(neox)["rotary_dim"] == 16
-    assert rope_scaling.rope_kwargs_from_hf_config({**BASE, "head_dim": 128})["rotary_dim"] == 128
-    assert rope_scaling.rope_kwargs_from_hf_config(BASE)["scaling"] is None
+    assert hf_config.rope_kwargs_from_hf_config(neox)["rotary_dim"] == 16
+    assert hf_config.rope_kwargs_from_hf_config({**BASE, "head_dim": 128})["rotary_dim"] == 128
+    assert hf_config.rope_kwargs_from_hf_config(BASE)["scaling"] is None
 
 
 def test_conflicting_original_lengths_warn_and_follow_transformers():
@@ -119,14 +119,14 @@ def test_conflicting_original_lengths_warn_and_follow_transformers():
                              "original_max_position_embeddings": 1024}}
     with pytest.warns(UserWarning, match=r"original_max_position_embeddings=2048 at the top "
                                          r"level and 1024 in its rope dict; the top-level"):
-        kw = rope_scaling.rope_kwargs_from_hf_config(yarn)
+        kw = hf_config.rope_kwargs_from_hf_config(yarn)
     assert kw["scaling"]["original_max_position_embeddings"] == 2048
     dyn = {**BASE, "rope_scaling": {"type": "dynamic", "factor": 2.0,
                                     "original_max_position_embeddings": 1024}}
     with pytest.warns(UserWarning, match=r"transformers ignores rope_scaling's original_max_"
                                          r"position_embeddings=1024 and uses max_position_"
                                          r"embeddings=8192"):
-        kw = rope_scaling.rope_kwargs_from_hf_config(dyn)
+        kw = hf_config.rope_kwargs_from_hf_config(dyn)
     assert kw["scaling"]["original_max_position_embeddings"] == 8192
 
 
@@ -147,4 +147,4 @@ def test_conflicting_original_lengths_warn_and_follow_transformers():
 ])
 def test_bad_configs(config, error, match):
     with pytest.raises(error, match=match):
-        rope_scaling.from_hf_config(config)
+        hf_config.from_hf_config(config)

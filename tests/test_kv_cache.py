@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from posenc_jax.transformer import Transformer, TransformerConfig, generate, init_cache
+from posenc_jax.model.transformer import Transformer, TransformerConfig, generate, init_cache
 
 V, N, S = 40, 11, 16          # vocab, tokens decoded, cache slots
 ENCODINGS = {
@@ -128,7 +128,7 @@ def test_cache_overflow_is_an_error_or_nan():
     with pytest.raises(ValueError, match=r"cache overflow: 3 slots used \+ 2 new tokens > "
                                          "max_len=4"):
         model(TOKENS[:, 3:5], jnp.arange(3, 5)[None], cache=cache)
-    with pytest.raises(ValueError, match="max_len must be a positive int, got max_len=0"):
+    with pytest.raises(ValueError, match="max_len must be >= 1, got max_len=0"):
         init_cache(model, 2, 0)
 
 

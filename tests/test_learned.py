@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from jax.experimental import checkify
 
-from posenc_jax import learned
+from posenc_jax.encodings import learned
 
 MAX_LEN, DIM = 16, 8
 TABLE = learned.init(jax.random.key(0), MAX_LEN, DIM)

@@ -5,8 +5,8 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from posenc_jax import alibi, rope, sinusoidal
-from posenc_jax.linen import PositionEmbedding, Rotary, ScoreBias
+from posenc_jax.encodings import alibi, rope, sinusoidal
+from posenc_jax.model.linen import PositionEmbedding, Rotary, ScoreBias
 
 B, L, H, D, E = 2, 6, 4, 8, 16
 POS = jnp.broadcast_to(jnp.arange(L) + 3, (B, L))

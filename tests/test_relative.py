@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from hypothesis import given
 
-from posenc_jax import relative
+from posenc_jax.encodings import relative
 
 _t5_bias = jax.jit(relative.t5_bias,
                    static_argnames=("bidirectional", "num_buckets", "max_distance"))

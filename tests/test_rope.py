@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from hypothesis import given
 
-from posenc_jax import rope
+from posenc_jax.encodings import rope
 
 _apply = jax.jit(rope.apply, static_argnames=("layout", "attention_factor"))
 _apply_cos_sin = jax.jit(rope.apply_cos_sin, static_argnames=("layout",))

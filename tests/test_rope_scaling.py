@@ -1,4 +1,4 @@
-"""posenc_jax.rope_scaling: every method against float64 NumPy formulas written here, the
+"""posenc_jax.encodings.rope_scaling: every method against float64 NumPy formulas written here, the
 properties the methods promise (identity at factor 1, PI == RoPE at pos / s, YaRN and Llama-3
 bands), validation errors, jit with a traced length, and the KV-cache regime policy."""
 
@@ -12,7 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from posenc_jax import rope, rope_scaling
+from posenc_jax.encodings import rope, rope_scaling
 
 RTOL = 2e-6  # float32 frequencies vs float64 formulas
 

@@ -1,11 +1,11 @@
-"""posenc_jax.rope_scaling.validate: every bad value raises naming the key and the value,
+"""posenc_jax.encodings.rope_scaling.validate: every bad value raises naming the key and the value,
 unknown keys warn naming them, and the normalised dict is what Hugging Face would use."""
 
 import warnings
 
 import pytest
 
-from posenc_jax import rope_scaling
+from posenc_jax.encodings import rope_scaling
 
 SHORT = [1.0] * 32
 LLAMA3 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,

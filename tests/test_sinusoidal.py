@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from hypothesis import given
 
-from posenc_jax import sinusoidal
+from posenc_jax.encodings import sinusoidal
 
 # Vaswani et al., max_len=8, d_model=4 (issue 2's seed text).
 GOLDEN = np.array([

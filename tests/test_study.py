@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 from ml_collections import config_flags  # noqa: F401  (the CLI's dependency)
 
-from posenc_jax import rope_scaling
+from posenc_jax.encodings import rope_scaling
 from train import study, study_plan, study_report, trainer
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]

@@ -13,7 +13,7 @@ import pytest
 from flax import nnx
 from hypothesis import given
 
-from posenc_jax.transformer import LOGICAL_AXES, Transformer, TransformerConfig, complete_rules
+from posenc_jax.model.transformer import LOGICAL_AXES, Transformer, TransformerConfig, complete_rules
 
 V, L = 40, 12
 ENCODINGS = {
@@ -243,7 +243,7 @@ def test_learned_table_shorter_than_the_input():
     ({"layer_encodings": ["rope", "sinusoidal"]},
      r"layer_encodings\[1\]='sinusoidal' is additive"),
     ({"dtype": "int32"}, "dtype must be a float dtype"),
-    ({"vocab_size": 0}, "vocab_size must be a positive int, got vocab_size=0"),
+    ({"vocab_size": 0}, "vocab_size must be >= 1, got vocab_size=0"),
     ({"encoding": "alibi", "encoding_kwargs": {"num_heads": 8}},
      "num_heads=8 does not match the model's num_heads=4"),
     ({"dense_backend": "triton"}, "unknown dense_backend 'triton'"),

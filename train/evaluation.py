@@ -19,7 +19,7 @@ import jax
 import numpy as np
 from flax import nnx
 
-from posenc_jax.transformer import complete_rules
+from posenc_jax.model.transformer import complete_rules
 from train import checkpoint as ckpt_lib
 from train import data, sharding
 from train import state as state_lib

@@ -27,7 +27,7 @@ from flax import nnx
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from posenc_jax.config import TransformerConfig, freeze
+from posenc_jax.model.config import TransformerConfig, freeze
 from train import optim, sharding
 
 
@@ -46,7 +46,7 @@ def transformer_config(model: Mapping[str, Any], **overrides: Any) -> Transforme
 def build_model(model_config: TransformerConfig, *, seed: Any) -> nnx.Module:
     """The Flax NNX transformer with parameters from `seed` (an int or a PRNG key; call under
     `mesh_context` to create the parameters sharded)."""
-    from posenc_jax.transformer import Transformer
+    from posenc_jax.model.transformer import Transformer
 
     return Transformer(model_config, rngs=nnx.Rngs(params=seed))
 

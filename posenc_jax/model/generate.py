@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from posenc_jax.kv_cache import init_cache
+from posenc_jax.model.kv_cache import init_cache
 
 __all__ = ["generate", "sample"]
 

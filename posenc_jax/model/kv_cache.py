@@ -1,4 +1,4 @@
-"""KV cache for `posenc_jax.transformer.Transformer`: prefill and decode through one call.
+"""KV cache for `posenc_jax.model.transformer.Transformer`: prefill and decode through one call.
 
     cache = init_cache(model, batch_size=B, max_len=S)
     logits, cache = model(prompt, jnp.arange(P)[None], cache=cache)        # prefill P tokens
@@ -43,8 +43,8 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from posenc_jax._checks import positive_int
-from posenc_jax.encoding import Encoding
+from posenc_jax.checks import positive_int
+from posenc_jax.encodings.base import Encoding
 
 __all__ = ["KVCache", "Memory", "init_cache", "rotate", "step"]
 

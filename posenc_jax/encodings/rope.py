@@ -34,33 +34,26 @@ Shapes: B batch, L length, H heads, D head dim, R = len(inv_freq) rotary frequen
 
 from __future__ import annotations
 
-import numbers
+import dataclasses
+import functools
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from posenc_jax._frozen import freeze, thaw
+from posenc_jax.checks import integer_array
+from posenc_jax.encodings import rope_scaling
+from posenc_jax.encodings.base import Encoding, check_model_dim, register
+from posenc_jax.encodings.frequencies import inv_freq
+
 __all__ = ["LAYOUTS", "apply", "apply_cos_sin", "cos_sin", "inv_freq"]
 
 LAYOUTS = ("half", "interleaved")
+Array = jax.Array
 
-
-def inv_freq(rotary_dim: int, *, base: float = 10000.0) -> jax.Array:
-    """Inverse frequencies 1 / base^(2i / rotary_dim), i = 0..R-1: float32 [R = rotary_dim // 2].
-
-    Raises:
-      ValueError: odd rotary_dim, rotary_dim < 2, or base <= 0.
-    """
-    if isinstance(rotary_dim, bool) or not isinstance(rotary_dim, numbers.Integral):
-        raise TypeError(f"rotary_dim must be an int, got rotary_dim={rotary_dim!r}")
-    if rotary_dim < 2 or rotary_dim % 2:
-        raise ValueError(f"rotary_dim must be even and >= 2, got rotary_dim={rotary_dim}")
-    if not base > 0:
-        raise ValueError(f"base must be > 0, got base={base!r}")
-    rotary_dim = int(rotary_dim)
-    exponents = jnp.arange(0, rotary_dim, 2, dtype=jnp.float32) / jnp.float32(rotary_dim)
-    return 1.0 / (jnp.float32(base) ** exponents)
 
 
 def cos_sin(positions, inv_freq, *, attention_factor: float = 1.0):
@@ -197,3 +190,94 @@ def apply(x, positions, inv_freq, *, layout: str = "half",
     x [B, L, H, D]); returns [..., L, H, D] in x.dtype. See `apply_cos_sin` for errors."""
     cos, sin = cos_sin(positions, inv_freq, attention_factor=attention_factor)
     return apply_cos_sin(x, cos, sin, layout=layout)
+
+
+@register("rope")
+@dataclasses.dataclass(frozen=True)
+class RoPE(Encoding):
+    """Rotary position embedding (Su et al. 2021) on the first `rotary_dim` dims of q and k.
+
+    `scaling` is a Hugging Face style `rope_scaling` dict (`{"rope_type": "yarn", ...}`), see
+    `posenc_jax.encodings.rope_scaling`; `partial_rotary_factor` sets `rotary_dim = int(head_dim * f)`
+    as Hugging Face does. Length-dependent scalings (dynamic NTK, LongRoPE) read the sequence
+    length as `max(k_positions) + 1`, exactly as Hugging Face does with its position ids.
+    """
+
+    head_dim: int
+    base: float = 10000.0
+    rotary_dim: int | None = None
+    partial_rotary_factor: float | None = None
+    layout: str = "half"
+    scaling: Any = None
+    max_position_embeddings: int | None = None
+
+    def __post_init__(self):
+        if not isinstance(self.head_dim, int) or self.head_dim < 2:
+            raise ValueError(f"rope: head_dim must be an int >= 2, got {self.head_dim!r}")
+        rotary_dim = self.rotary_dim
+        if rotary_dim is None:
+            factor = 1.0 if self.partial_rotary_factor is None else self.partial_rotary_factor
+            if not 0.0 < factor <= 1.0:
+                raise ValueError(
+                    f"rope: partial_rotary_factor must be in (0, 1], got {factor!r}")
+            rotary_dim = int(self.head_dim * factor)
+        elif self.partial_rotary_factor is not None:
+            raise ValueError("rope: give rotary_dim or partial_rotary_factor, not both "
+                             f"(got {self.rotary_dim} and {self.partial_rotary_factor})")
+        if rotary_dim % 2 or not 2 <= rotary_dim <= self.head_dim:
+            raise ValueError(f"rope: rotary_dim must be even and in [2, head_dim={self.head_dim}]"
+                             f", got rotary_dim={rotary_dim}")
+        object.__setattr__(self, "rotary_dim", rotary_dim)
+        if self.layout not in ("half", "interleaved"):
+            raise ValueError(f"rope: unknown layout {self.layout!r}; valid: 'half', 'interleaved'")
+        inv_freq(rotary_dim, base=self.base)  # validates the base
+        if self.scaling is not None:
+            raw = thaw(self.scaling) if isinstance(self.scaling, tuple) else self.scaling
+            scaling = rope_scaling.validate(
+                raw, rotary_dim=rotary_dim, max_position_embeddings=self.max_position_embeddings)
+            rope_scaling.check_theta(scaling, base=self.base)
+            object.__setattr__(self, "scaling", freeze(scaling))
+
+    @functools.cached_property
+    def scaling_dict(self) -> dict[str, Any] | None:
+        """The validated scaling dict (None for plain RoPE)."""
+        return None if self.scaling is None else thaw(self.scaling)
+
+    @property
+    def is_length_dependent(self):
+        return self.scaling is not None and rope_scaling.is_length_dependent(self.scaling_dict)
+
+    def frequencies(self, seq_len: Array | int | None = None) -> tuple[Array, Array]:
+        """`(inv_freq [R] float32, attention_factor)` for a sequence of length `seq_len`."""
+        return rope_scaling.frequencies_validated(
+            self.scaling_dict, rotary_dim=self.rotary_dim, base=self.base, seq_len=seq_len)
+
+    def regime(self, k_positions):
+        if not self.is_length_dependent:
+            return jnp.zeros((), jnp.int32)
+        return rope_scaling.regime(self.scaling_dict, seq_len=jnp.max(k_positions) + 1,
+                                   max_position_embeddings=self.max_position_embeddings)
+
+    def rotate(self, params, q, k, q_positions, k_positions, *, seq_len=None):
+        integer_array("q_positions", q_positions)
+        integer_array("k_positions", k_positions)
+        if not self.is_length_dependent:
+            seq_len = None
+        elif seq_len is None:
+            seq_len = jnp.max(k_positions) + 1
+        inv_freq, factor = self.frequencies(seq_len)
+
+        def table(positions):  # the factor is a concrete float32, never traced
+            return cos_sin(positions, inv_freq, attention_factor=float(factor))
+
+        k_cos, k_sin = table(k_positions)
+        if q_positions is k_positions:  # self-attention without a cache: one table for both
+            q_cos, q_sin = k_cos, k_sin
+        else:
+            q_cos, q_sin = table(q_positions)
+        q = apply_cos_sin(q, q_cos, q_sin, layout=self.layout)
+        k = apply_cos_sin(k, k_cos, k_sin, layout=self.layout)
+        return q, k
+
+    def check_model(self, *, embed_dim, num_heads, head_dim):
+        check_model_dim(self.name, "head_dim", self.head_dim, head_dim)

@@ -32,7 +32,9 @@ import warnings
 from collections.abc import Mapping
 from typing import Any
 
-from posenc_jax.rope_scaling_validate import number, resolve_type, validate
+from posenc_jax.encodings import rope_scaling
+from posenc_jax.encodings.rope_scaling import get_mscale
+from posenc_jax.encodings.rope_scaling_validate import number, resolve_type, validate
 
 _DEFAULT_THETA = 10000.0
 
@@ -113,7 +115,6 @@ def rope_kwargs_from_hf_config(config: Mapping[str, Any]) -> dict[str, Any]:
 def from_hf_config(config: Mapping[str, Any], *, seq_len=None):
     """(inv_freq float32 [R], attention_factor float32 []) as transformers computes them for
     this config.json dict; seq_len as in `rope_scaling.frequencies` (dynamic, longrope)."""
-    from posenc_jax import rope_scaling  # here: rope_scaling imports this module
 
     kwargs = rope_kwargs_from_hf_config(config)
     return rope_scaling.frequencies(
@@ -126,7 +127,6 @@ def softmax_scale_factor(config: Mapping[str, Any]) -> float:
     transformers 5.x): get_mscale(factor, mscale_all_dim)^2 when the RoPE dict is scaled and
     has a non-zero `mscale_all_dim`, else 1. It multiplies 1 / sqrt(qk_head_dim) and is NOT
     part of the RoPE attention_factor (transformers 4.57's DeepSeek-V2 omitted it)."""
-    from posenc_jax.rope_scaling import get_mscale
 
     raw = _scaling_dict(config)
     if not raw or resolve_type(raw) == "default" or not raw.get("mscale_all_dim"):

@@ -31,8 +31,8 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from posenc_jax.attention import build_mask, encoding_bias
-from posenc_jax.encoding import Encoding
+from posenc_jax.encodings.base import Encoding
+from posenc_jax.model.scores import build_mask, encoding_bias
 
 __all__ = ["attend_blockwise"]
 
@@ -61,7 +61,7 @@ def attend_blockwise(q: Array, k: Array, v: Array, *, encoding: Encoding, params
                      q_positions: Array, k_positions: Array, causal: bool,
                      q_segment_ids: Array | None, k_segment_ids: Array | None,
                      k_mask: Array | None, block_q: int, block_k: int) -> Array:
-    """Online-softmax attention; same contract as `posenc_jax.attention.attend`.
+    """Online-softmax attention; same contract as `posenc_jax.model.attention.attend`.
 
     Args:
       q: [B, Lq, H, D]; k, v: [B, Lk, K, D].

@@ -18,13 +18,15 @@ Shapes: B batch, H heads, Lq/Lk query/key lengths; positions are [..., Lq] / [..
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from posenc_jax._checks import pair, require_int
+from posenc_jax.checks import integer, pair
+from posenc_jax.encodings.base import Encoding, check_model_dim, register
 
 __all__ = ["bias", "check_num_heads", "slopes"]
 
@@ -47,7 +49,7 @@ def slopes(num_heads: int) -> jax.Array:
       TypeError: num_heads is not an int.
       ValueError: num_heads < 1.
     """
-    n = require_int(num_heads, "num_heads", minimum=1)
+    n = integer("num_heads", num_heads, minimum=1)
     return jnp.asarray(np.asarray(_slopes(n), np.float64), jnp.float32)
 
 
@@ -86,3 +88,20 @@ def bias(slopes, q_positions, k_positions) -> jax.Array:
     dist = dist[..., None, :, :]                               # [..., 1, Lq, Lk]
     m = slopes.reshape((1,) * (dist.ndim - 3) + (-1, 1, 1))    # [1.., H, 1, 1]
     return 0.0 - m * dist                                      # +0.0 on the diagonal
+
+
+@register("alibi")
+@dataclasses.dataclass(frozen=True)
+class ALiBi(Encoding):
+    """Attention with linear biases (Press et al. 2022): `-slope_h * |i - j|` on the scores."""
+
+    num_heads: int
+
+    def __post_init__(self):
+        slopes(self.num_heads)  # validates
+
+    def bias(self, params, q_positions, k_positions, *, q=None):
+        return bias(slopes(self.num_heads), q_positions, k_positions)
+
+    def check_model(self, *, embed_dim, num_heads, head_dim):
+        check_model_dim(self.name, "num_heads", self.num_heads, num_heads)

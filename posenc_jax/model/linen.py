@@ -23,7 +23,7 @@ import jax.numpy as jnp
 from flax import linen as nn
 from flax.core import unfreeze
 
-from posenc_jax.encoding import Encoding, get
+from posenc_jax.encodings.base import Encoding, get
 
 __all__ = ["PositionEmbedding", "Rotary", "ScoreBias"]
 

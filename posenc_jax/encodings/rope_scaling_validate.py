@@ -1,6 +1,6 @@
 """Validation and normalisation of a RoPE scaling dict (`rope_scaling` / `rope_parameters`).
 
-`validate` runs once, when an encoding is built; `posenc_jax.rope_scaling` re-exports it.
+`validate` runs once, when an encoding is built; `posenc_jax.encodings.rope_scaling` re-exports it.
 Hugging Face only logs warnings for most bad values; we raise `ValueError` (or `TypeError`
 for a value of the wrong type) naming the key and the value, and warn (`UserWarning`) about
 keys we do not know, naming them.

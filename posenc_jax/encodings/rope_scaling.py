@@ -20,8 +20,8 @@ carry Hugging Face's names.
                L0 / high_freq_factor, a smooth blend between      (Llama 3.1)
 
 `frequencies(scaling, ...)` dispatches on a Hugging Face style dict; `validate` checks one once
-(`posenc_jax.rope_scaling_validate`); `from_hf_config` reads a whole transformers config.json
-(`posenc_jax.hf_config`). The sequence length s is `max(k_positions) + 1`, exactly what Hugging
+(`posenc_jax.encodings.rope_scaling_validate`); `from_hf_config` reads a whole transformers config.json
+(`posenc_jax.encodings.hf_config`). The sequence length s is `max(k_positions) + 1`, exactly what Hugging
 Face's dynamic update uses (`max(position_ids) + 1`); it may be a traced scalar.
 
 KV-cache policy for the length-dependent methods (dynamic, LongRoPE)
@@ -54,16 +54,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from posenc_jax import rope
-from posenc_jax.hf_config import from_hf_config, rope_kwargs_from_hf_config, softmax_scale_factor
-from posenc_jax.rope_scaling_validate import METHODS, resolve_type, validate
+from posenc_jax.encodings.frequencies import inv_freq as base_inv_freq
+from posenc_jax.encodings.rope_scaling_validate import METHODS, resolve_type, validate
 
 __all__ = [
     "METHODS",
     "default",
     "dynamic",
     "frequencies",
-    "from_hf_config",
     "get_mscale",
     "is_length_dependent",
     "linear",
@@ -72,8 +70,6 @@ __all__ = [
     "ntk",
     "regime",
     "resolve_type",
-    "rope_kwargs_from_hf_config",
-    "softmax_scale_factor",
     "validate",
     "yarn",
     "yarn_attention_factor",
@@ -269,7 +265,7 @@ def frequencies_validated(cfg: Mapping[str, Any] | None, *, rotary_dim: int, bas
                           seq_len=None) -> Result:
     """`frequencies` for a dict that `validate` already returned (no re-validation: what the
     `rope` encoding calls on every forward pass)."""
-    inv_freq = rope.inv_freq(rotary_dim, base=base)
+    inv_freq = base_inv_freq(rotary_dim, base=base)
     kind = "default" if cfg is None else cfg["rope_type"]
     if kind == "default":
         return default(inv_freq)

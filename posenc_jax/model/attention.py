@@ -15,7 +15,7 @@ Two implementations with the same results (tested against each other, values and
 
 * "dense": `jax.nn.dot_product_attention` with the bias and mask materialised as
   [B, H, Lq, Lk] (`dense_backend="cudnn"` picks cuDNN's fused kernel on GPUs);
-* "blockwise": `posenc_jax.blockwise`, an online-softmax (flash-style) loop over blocks that
+* "blockwise": `posenc_jax.model.blockwise`, an online-softmax (flash-style) loop over blocks that
   computes each block's bias from the block's positions, so ALiBi, T5 and Shaw never
   materialise [H, Lq, Lk]; memory is linear in the length.
 
@@ -34,7 +34,9 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from posenc_jax.encoding import Encoding
+from posenc_jax.encodings.base import Encoding
+from posenc_jax.model import blockwise
+from posenc_jax.model.scores import as_2d, build_mask, encoding_bias
 
 __all__ = ["DENSE_BACKENDS", "IMPLEMENTATIONS", "as_2d", "attend", "build_mask", "encoding_bias"]
 
@@ -51,66 +53,6 @@ def check_implementation(implementation: str, dense_backend: str | None = None) 
     if dense_backend not in DENSE_BACKENDS:
         raise ValueError(f"unknown dense_backend {dense_backend!r}; valid: "
                          f"{', '.join(map(repr, DENSE_BACKENDS))}")
-
-
-def as_2d(x, length: int, batch: int, what: str) -> Array | None:
-    """[L] or [B|1, L] -> [B|1, L] (None stays None)."""
-    if x is None:
-        return None
-    x = jnp.asarray(x)
-    if x.ndim == 1:
-        x = x[None, :]
-    if x.ndim != 2 or x.shape[1] != length or x.shape[0] not in (1, batch):
-        raise ValueError(f"{what} must have shape [{length}] or [B={batch}, {length}], "
-                         f"got shape {x.shape}")
-    return x
-
-
-def build_mask(q_positions: Array, k_positions: Array, *, causal: bool,
-               q_segment_ids: Array | None = None, k_segment_ids: Array | None = None,
-               k_mask: Array | None = None) -> Array | None:
-    """Boolean [B|1, 1, Lq, Lk] visibility mask (True = attend), or None when all visible.
-
-    All inputs are 2-D [B|1, L] (see `attend`).
-    """
-    mask = None
-
-    def both(a, b):
-        return b if a is None else jnp.logical_and(a, b)
-
-    if causal:
-        mask = k_positions[:, None, None, :] <= q_positions[:, None, :, None]
-    if q_segment_ids is not None:
-        mask = both(mask, q_segment_ids[:, None, :, None] == k_segment_ids[:, None, None, :])
-    if k_mask is not None:
-        mask = both(mask, k_mask.astype(bool)[:, None, None, :])
-    return mask
-
-
-def encoding_bias(encoding: Encoding, params: Any, q_positions: Array, k_positions: Array,
-                  q_scaled: Array, num_heads: int) -> Array | None:
-    """The encoding's bias as float32 [B|1, H, Lq, Lk] (None without a bias hook).
-
-    `q_scaled` [B, Lq, H, D] is the query times the softmax scale (only read by schemes with
-    `bias_needs_query`). Raises ValueError when the bias's head count is not `num_heads`.
-    """
-    if not encoding.has_bias:
-        return None
-    if encoding.bias_needs_query:
-        bias = encoding.bias(params, q_positions, k_positions, q=q_scaled)
-    else:
-        bias = encoding.bias(params, q_positions, k_positions)
-    if bias is None:
-        return None
-    if bias.ndim == 3:
-        bias = bias[None]
-    if bias.ndim != 4:
-        raise ValueError(f"encoding {encoding.name!r} returned a bias of shape {bias.shape}; "
-                         "expected [B, H, Lq, Lk] or [H, Lq, Lk]")
-    if bias.shape[1] != num_heads:
-        raise ValueError(f"encoding {encoding.name!r} gives a bias with {bias.shape[1]} heads "
-                         f"but the attention scores have num_heads={num_heads} heads")
-    return bias.astype(jnp.float32)
 
 
 def attend(q: Array, k: Array, v: Array, *, encoding: Encoding, params: Any = None,
@@ -165,7 +107,6 @@ def attend(q: Array, k: Array, v: Array, *, encoding: Encoding, params: Any = No
     if encoding.bias_needs_query:  # the bias varies with q's batch row anyway
         qp, kp = jnp.broadcast_to(qp, (b, lq)), jnp.broadcast_to(kp, (b, lk))
     if implementation == "blockwise":
-        from posenc_jax import blockwise  # local import: blockwise imports this module
         return blockwise.attend_blockwise(
             q, k, v, encoding=encoding, params=params, q_positions=qp, k_positions=kp,
             causal=causal, q_segment_ids=qs, k_segment_ids=ks, k_mask=km,

@@ -9,10 +9,10 @@
 
 Pre-norm blocks (RMSNorm -> attention -> residual, RMSNorm -> SwiGLU or GELU MLP ->
 residual), optional grouped-query attention, tied or untied embeddings. Positions enter only
-through the three hooks of `posenc_jax.encoding`: `embed` once at the input, `rotate` on q/k
+through the three hooks of `posenc_jax.encodings.base`: `embed` once at the input, `rotate` on q/k
 and `bias` on the scores in every layer (each layer has its own encoding and params, e.g. its
 own T5 or Shaw table). Positions default to `arange(L)`; pass them explicitly for packing,
-offsets or decoding. See `posenc_jax.config` for the config and `posenc_jax.kv_cache` for the
+offsets or decoding. See `posenc_jax.model.config` for the config and `posenc_jax.model.kv_cache` for the
 cache (`init_cache`) and its regime policy under length-dependent RoPE scaling.
 
 Embedding scale: token embeddings are drawn from N(0, 1/E) and multiplied by sqrt(E) at the
@@ -62,12 +62,12 @@ from flax import nnx
 from flax.core import meta as flax_meta
 from flax.core import spmd as flax_spmd
 
-from posenc_jax import kv_cache
-from posenc_jax.attention import as_2d, attend
-from posenc_jax.config import TransformerConfig
-from posenc_jax.encoding import Encoding
-from posenc_jax.generate import generate
-from posenc_jax.kv_cache import KVCache, init_cache
+from posenc_jax.encodings.base import Encoding
+from posenc_jax.model import kv_cache
+from posenc_jax.model.attention import as_2d, attend
+from posenc_jax.model.config import TransformerConfig
+from posenc_jax.model.generate import generate
+from posenc_jax.model.kv_cache import KVCache, init_cache
 
 __all__ = [
     "LOGICAL_AXES",

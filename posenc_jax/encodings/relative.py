@@ -19,7 +19,7 @@ import math
 import jax
 import jax.numpy as jnp
 
-from posenc_jax._checks import pair, require_int, require_integer
+from posenc_jax.checks import integer, integer_array, pair
 
 __all__ = [
     "relative_positions",
@@ -41,16 +41,16 @@ def relative_positions(q_positions, k_positions) -> jax.Array:
     Raises:
       TypeError: non-integer positions (names the dtype).
     """
-    q = require_integer(q_positions, "q_positions")
-    k = require_integer(k_positions, "k_positions")
+    q = integer_array("q_positions", q_positions)
+    k = integer_array("k_positions", k_positions)
     q, k = pair(q.astype(jnp.int32), k.astype(jnp.int32))
     return k - q
 
 
 def _check_t5(bidirectional: bool, num_buckets: int, max_distance: int) -> int:
     """Validate T5 hyperparameters; return max_exact (buckets per direction // 2)."""
-    num_buckets = require_int(num_buckets, "num_buckets", minimum=2)
-    max_distance = require_int(max_distance, "max_distance", minimum=1)
+    num_buckets = integer("num_buckets", num_buckets, minimum=2)
+    max_distance = integer("max_distance", max_distance, minimum=1)
     if bidirectional and (num_buckets < 4 or num_buckets % 2):
         raise ValueError(
             "bidirectional T5 buckets are split in two halves of >= 2 buckets, so num_buckets "
@@ -90,7 +90,7 @@ def t5_bucket(relative_position, *, bidirectional: bool, num_buckets: int = 32,
         above the exact-bucket count.
     """
     max_exact = _check_t5(bidirectional, num_buckets, max_distance)
-    rel = require_integer(relative_position, "relative_position").astype(jnp.int32)
+    rel = integer_array("relative_position", relative_position).astype(jnp.int32)
     buckets = jnp.zeros_like(rel)
     n = num_buckets
     if bidirectional:
@@ -112,8 +112,8 @@ def t5_bucket(relative_position, *, bidirectional: bool, num_buckets: int = 32,
 
 def t5_init(key, *, num_buckets: int, num_heads: int, stddev: float = 0.02) -> jax.Array:
     """A fresh T5 bias table drawn from N(0, stddev^2): float32 [num_buckets, H]."""
-    num_buckets = require_int(num_buckets, "num_buckets", minimum=2)
-    num_heads = require_int(num_heads, "num_heads", minimum=1)
+    num_buckets = integer("num_buckets", num_buckets, minimum=2)
+    num_heads = integer("num_heads", num_heads, minimum=1)
     return stddev * jax.random.normal(key, (num_buckets, num_heads), jnp.float32)
 
 
@@ -155,8 +155,8 @@ def shaw_init(key, *, max_relative_position: int, head_dim: int,
     Raises:
       ValueError: max_relative_position (K) < 1 or head_dim < 1.
     """
-    k = require_int(max_relative_position, "max_relative_position", minimum=1)
-    d = require_int(head_dim, "head_dim", minimum=1)
+    k = integer("max_relative_position", max_relative_position, minimum=1)
+    d = integer("head_dim", head_dim, minimum=1)
     return stddev * jax.random.normal(key, (2 * k + 1, d), jnp.float32)
 
 
@@ -182,7 +182,7 @@ def shaw_bias(table, q, q_positions, k_positions, *, max_relative_position: int)
       ValueError: K < 1, table rows != 2K + 1, table width != D, q not [..., Lq, H, D].
       TypeError: non-integer positions.
     """
-    k = require_int(max_relative_position, "max_relative_position", minimum=1)
+    k = integer("max_relative_position", max_relative_position, minimum=1)
     table, q = jnp.asarray(table), jnp.asarray(q)
     if table.ndim != 2 or table.shape[0] != 2 * k + 1:
         raise ValueError(

@@ -25,10 +25,10 @@ from typing import Any
 
 import jax.numpy as jnp
 
-from posenc_jax._checks import positive_int as _positive_int
 from posenc_jax._frozen import _FrozenDict, freeze, thaw
-from posenc_jax.attention import check_implementation
-from posenc_jax.encoding import Encoding, for_model
+from posenc_jax.checks import positive_int
+from posenc_jax.encodings.base import Encoding, for_model
+from posenc_jax.model.attention import check_implementation
 
 __all__ = ["TransformerConfig", "freeze", "thaw"]
 
@@ -61,7 +61,7 @@ def _float_dtype(name: str, value: Any) -> str:
 
 @dataclasses.dataclass(frozen=True)
 class TransformerConfig:
-    """Hyperparameters of `posenc_jax.transformer.Transformer` (validated on construction).
+    """Hyperparameters of `posenc_jax.model.transformer.Transformer` (validated on construction).
 
     Attributes:
       vocab_size: V. num_layers: number of blocks. embed_dim: E. num_heads: H.
@@ -104,16 +104,16 @@ class TransformerConfig:
             object.__setattr__(self, key, value)
 
         for name in ("vocab_size", "num_layers", "embed_dim", "num_heads", "mlp_dim"):
-            _positive_int(name, getattr(self, name))
+            positive_int(name, getattr(self, name))
         if self.head_dim is None:
             if self.embed_dim % self.num_heads:
                 raise ValueError(f"embed_dim={self.embed_dim} must be divisible by num_heads="
                                  f"{self.num_heads} (or give head_dim explicitly)")
             set_("head_dim", self.embed_dim // self.num_heads)
-        _positive_int("head_dim", self.head_dim)
+        positive_int("head_dim", self.head_dim)
         if self.num_kv_heads is None:
             set_("num_kv_heads", self.num_heads)
-        _positive_int("num_kv_heads", self.num_kv_heads)
+        positive_int("num_kv_heads", self.num_kv_heads)
         if self.num_heads % self.num_kv_heads:
             raise ValueError(f"num_heads={self.num_heads} must be divisible by num_kv_heads="
                              f"{self.num_kv_heads}")
@@ -121,7 +121,7 @@ class TransformerConfig:
             raise ValueError(f"unknown mlp_activation {self.mlp_activation!r}; valid: "
                              f"{', '.join(map(repr, MLP_ACTIVATIONS))}")
         check_implementation(self.attention, self.dense_backend)
-        _positive_int("block_size", self.block_size)
+        positive_int("block_size", self.block_size)
         set_("dtype", _float_dtype("dtype", self.dtype))
         set_("param_dtype", _float_dtype("param_dtype", self.param_dtype))
         if not self.norm_eps > 0:

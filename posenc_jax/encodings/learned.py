@@ -16,12 +16,15 @@ Shapes: L length, E embedding width; positions are integer [..., L].
 
 from __future__ import annotations
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.experimental import checkify
 
-from posenc_jax._checks import require_int, require_integer
+from posenc_jax.checks import integer, integer_array
+from posenc_jax.encodings.base import Encoding, check_model_dim, register
 
 __all__ = ["checked_lookup", "init", "lookup"]
 
@@ -32,8 +35,8 @@ def init(key, max_len: int, dim: int, *, stddev: float = 0.02, dtype=jnp.float32
     Raises:
       ValueError: max_len < 1 or dim < 1 (TypeError if they are not ints).
     """
-    max_len = require_int(max_len, "max_len", minimum=1)
-    dim = require_int(dim, "dim", minimum=1)
+    max_len = integer("max_len", max_len, minimum=1)
+    dim = integer("dim", dim, minimum=1)
     return (stddev * jax.random.normal(key, (max_len, dim), jnp.float32)).astype(dtype)
 
 
@@ -84,7 +87,7 @@ def lookup(table, positions) -> jax.Array:
     """
     table = _check_table(table)
     concrete = not isinstance(positions, jax.core.Tracer)
-    positions = require_integer(positions)
+    positions = integer_array("positions", positions)
     if concrete:
         _host_check(positions, table.shape[0])
     return _gather(table, positions)
@@ -105,7 +108,7 @@ def checked_lookup(table, positions) -> jax.Array:
     table = _check_table(table)
     if not isinstance(positions, jax.core.Tracer):
         return lookup(table, positions)
-    positions = require_integer(positions)
+    positions = integer_array("positions", positions)
     max_len = table.shape[0]
     bad = (positions < 0) | (positions >= max_len)
     flat = jnp.argmax(bad.reshape(-1))
@@ -119,3 +122,37 @@ def checked_lookup(table, positions) -> jax.Array:
         *index, value,
     )
     return _gather(table, positions)
+
+
+@register("learned")
+@dataclasses.dataclass(frozen=True)
+class Learned(Encoding):
+    """A learned table of `max_len` absolute positions added to the embeddings.
+
+    A position outside [0, max_len) is an error (concrete positions) or NaN (traced ones),
+    never a silent clamp.
+    """
+
+    embed_dim: int
+    max_len: int = 2048
+    stddev: float = 0.02
+
+    def __post_init__(self):
+        if not isinstance(self.max_len, int) or self.max_len < 1:
+            raise ValueError(f"learned: max_len must be a positive int, got {self.max_len!r}")
+        if not isinstance(self.embed_dim, int) or self.embed_dim < 1:
+            raise ValueError(f"learned: embed_dim must be a positive int, got {self.embed_dim!r}")
+
+    @property
+    def max_positions(self):
+        return self.max_len
+
+    def init(self, key):
+        return {"table": init(key, self.max_len, self.embed_dim, stddev=self.stddev)}
+
+    def embed(self, params, x, positions):
+        pe = lookup(params["table"], positions)
+        return x + jnp.broadcast_to(pe, x.shape).astype(x.dtype)
+
+    def check_model(self, *, embed_dim, num_heads, head_dim):
+        check_model_dim(self.name, "embed_dim", self.embed_dim, embed_dim)

@@ -49,17 +49,20 @@ def register(name: str) -> Callable[[type[Encoding]], type[Encoding]]:
 
 def names() -> list[str]:
     """The registered encoding names, sorted."""
-    import posenc_jax.schemes  # noqa: F401
-
     return sorted(_REGISTRY)
 
 
 def _lookup(name: str) -> type[Encoding]:
-    import posenc_jax.schemes  # noqa: F401  (registers the built-in schemes on first use)
-
     if not isinstance(name, str) or name not in _REGISTRY:
         raise ValueError(f"Unknown encoding {name!r}; valid names are: {', '.join(names())}")
     return _REGISTRY[name]
+
+
+def check_model_dim(name: str, key: str, mine: int, model: int) -> None:
+    """ValueError unless an encoding built for `key=mine` fits the model's `key=model`."""
+    if mine != model:
+        raise ValueError(f"encoding {name!r} was built for {key}={mine} but the model has "
+                         f"{key}={model}")
 
 
 def _fields(cls: type) -> list[str]:

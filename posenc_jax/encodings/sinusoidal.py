@@ -13,11 +13,14 @@ Shapes: L length, E = dim the embedding width; positions are [..., L].
 
 from __future__ import annotations
 
+import dataclasses
 import numbers
 
 import jax.numpy as jnp
 
-from posenc_jax import rope
+from posenc_jax.checks import integer_array
+from posenc_jax.encodings import rope
+from posenc_jax.encodings.base import Encoding, check_model_dim, register
 
 __all__ = ["encode", "frequencies", "shift_matrix"]
 
@@ -75,3 +78,23 @@ def shift_matrix(k, dim: int, *, base: float = 10000.0) -> jnp.ndarray:
     eye = jnp.eye(dim // 2, dtype=jnp.float32)                                # [E/2, E/2]
     m = eye[:, None, :, None] * blocks[:, :, None, :]                         # [E/2,2,E/2,2]
     return m.reshape(dim, dim)
+
+
+@register("sinusoidal")
+@dataclasses.dataclass(frozen=True)
+class Sinusoidal(Encoding):
+    """Fixed sine/cosine table added to the embeddings (Vaswani et al. 2017)."""
+
+    embed_dim: int
+    base: float = 10000.0
+
+    def __post_init__(self):
+        encode(jnp.zeros((1,), jnp.int32), self.embed_dim, base=self.base)
+
+    def embed(self, params, x, positions):
+        integer_array("positions", positions)
+        pe = encode(positions, x.shape[-1], base=self.base)
+        return x + jnp.broadcast_to(pe, x.shape).astype(x.dtype)
+
+    def check_model(self, *, embed_dim, num_heads, head_dim):
+        check_model_dim(self.name, "embed_dim", self.embed_dim, embed_dim)

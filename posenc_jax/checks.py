@@ -1,0 +1,125 @@
+"""Input checks shared by every floor: one helper per kind of check, one argument order.
+
+Every helper takes `(name, value, ...)`, raises `TypeError` for a value of the wrong type and
+`ValueError` for a value of the right type that is not allowed, and names the key and the
+value in the message (`"num_heads must be an int >= 1, got num_heads='4' (str)"`). Booleans
+are never ints or floats here, and strings are never booleans: `causal="False"` is a
+TypeError, not True.
+
+Positions that index a table (learned absolute embeddings, T5 buckets, Shaw's clipped
+relative embeddings) must be integers: a float position there is almost always a bug (an
+interpolated RoPE position passed to the wrong encoder), so `integer_array` raises instead of
+silently truncating it.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from collections.abc import Sequence
+from typing import Any
+
+import jax.numpy as jnp
+import numpy as np
+
+__all__ = [
+    "boolean",
+    "finite_float",
+    "integer",
+    "integer_array",
+    "one_of",
+    "pair",
+    "positive_int",
+]
+
+
+def _type_name(value: Any) -> str:
+    return type(value).__name__
+
+
+def integer(name: str, value: Any, *, minimum: int | None = None,
+            maximum: int | None = None) -> int:
+    """`value` as a Python int. TypeError unless an integer (bools are not); ValueError if out
+    of [minimum, maximum]."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} must be an int, got {name}={value!r} ({_type_name(value)})")
+    value = int(value)
+    if minimum is not None and value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {name}={value}")
+    if maximum is not None and value > maximum:
+        raise ValueError(f"{name} must be <= {maximum}, got {name}={value}")
+    return value
+
+
+def positive_int(name: str, value: Any) -> int:
+    """`integer(name, value, minimum=1)`."""
+    return integer(name, value, minimum=1)
+
+
+def finite_float(name: str, value: Any, *, minimum: float | None = None,
+                 maximum: float | None = None, above: float | None = None,
+                 below: float | None = None) -> float:
+    """`value` as a finite Python float.
+
+    TypeError unless a real number (bools and strings are not); ValueError if NaN or infinite,
+    or outside the bounds: `minimum`/`maximum` inclusive, `above`/`below` exclusive.
+    """
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a number, got {name}={value!r} ({_type_name(value)})")
+    value = float(value)
+    if not math.isfinite(value):
+        raise ValueError(f"{name} must be finite, got {name}={value!r}")
+    if minimum is not None and value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {name}={value!r}")
+    if maximum is not None and value > maximum:
+        raise ValueError(f"{name} must be <= {maximum}, got {name}={value!r}")
+    if above is not None and not value > above:
+        raise ValueError(f"{name} must be > {above}, got {name}={value!r}")
+    if below is not None and not value < below:
+        raise ValueError(f"{name} must be < {below}, got {name}={value!r}")
+    return value
+
+
+def boolean(name: str, value: Any) -> bool:
+    """`value` as a Python bool; TypeError for anything else (`"False"` and 0 included)."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name} must be a bool (True or False), got {name}={value!r} "
+                        f"({_type_name(value)})")
+    return bool(value)
+
+
+def one_of(name: str, value: Any, choices: Sequence[Any]) -> Any:
+    """`value` if it is one of `choices`; else ValueError listing the valid choices."""
+    try:
+        ok = value in choices
+    except TypeError:  # unhashable value against a set
+        ok = False
+    if not ok:
+        raise ValueError(f"unknown {name} {value!r}; valid: {', '.join(map(repr, choices))}")
+    return value
+
+
+def integer_array(name: str, value: Any):
+    """`value` as a jax array; TypeError naming the dtype unless it has an integer dtype.
+
+    Works on concrete and traced arrays of any shape.
+    """
+    value = jnp.asarray(value)
+    if not jnp.issubdtype(value.dtype, jnp.integer):
+        raise TypeError(f"{name} must have an integer dtype (they index a table), got "
+                        f"dtype={value.dtype}")
+    return value
+
+
+def pair(q_positions, k_positions):
+    """q [..., Lq] and k [..., Lk] -> ([..., Lq, 1], [..., 1, Lk]) of equal rank.
+
+    Leading dims are padded with ones on the left so that the two broadcast explicitly under
+    `jax_numpy_rank_promotion='raise'` (e.g. q [B, Lq] with k [Lk]).
+    """
+    q = jnp.asarray(q_positions)[..., :, None]
+    k = jnp.asarray(k_positions)[..., None, :]
+    rank = max(q.ndim, k.ndim)
+    q = q.reshape((1,) * (rank - q.ndim) + q.shape)
+    k = k.reshape((1,) * (rank - k.ndim) + k.shape)
+    return q, k

@@ -1,0 +1,30 @@
+"""The rotary base frequencies, the one piece of math that RoPE, its scaling methods and the
+sinusoidal table share (a floor below all three, so none of them imports another for it).
+
+Shapes: R = rotary_dim // 2 frequencies.
+"""
+
+from __future__ import annotations
+
+import numbers
+
+import jax
+import jax.numpy as jnp
+
+__all__ = ["inv_freq"]
+
+def inv_freq(rotary_dim: int, *, base: float = 10000.0) -> jax.Array:
+    """Inverse frequencies 1 / base^(2i / rotary_dim), i = 0..R-1: float32 [R = rotary_dim // 2].
+
+    Raises:
+      ValueError: odd rotary_dim, rotary_dim < 2, or base <= 0.
+    """
+    if isinstance(rotary_dim, bool) or not isinstance(rotary_dim, numbers.Integral):
+        raise TypeError(f"rotary_dim must be an int, got rotary_dim={rotary_dim!r}")
+    if rotary_dim < 2 or rotary_dim % 2:
+        raise ValueError(f"rotary_dim must be even and >= 2, got rotary_dim={rotary_dim}")
+    if not base > 0:
+        raise ValueError(f"base must be > 0, got base={base!r}")
+    rotary_dim = int(rotary_dim)
+    exponents = jnp.arange(0, rotary_dim, 2, dtype=jnp.float32) / jnp.float32(rotary_dim)
+    return 1.0 / (jnp.float32(base) ** exponents)

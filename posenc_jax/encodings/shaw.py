@@ -1,0 +1,45 @@
+"""Shaw et al. (2018) clipped relative position embeddings as an encoding.
+
+The table and the score term live in `posenc_jax.encodings.relative`; this module is the scheme.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import ClassVar
+
+from posenc_jax.encodings.base import Encoding, check_model_dim, register
+from posenc_jax.encodings.relative import shaw_bias, shaw_init
+
+
+@register("shaw")
+@dataclasses.dataclass(frozen=True)
+class Shaw(Encoding):
+    """Shaw et al. (2018) relative position embeddings: `2K + 1` learned vectors, the score
+    term `q_i . a_{clip(j - i, -K, K)}` with K = `max_relative_position`."""
+
+    bias_needs_query: ClassVar[bool] = True
+
+    head_dim: int
+    max_relative_position: int = 16
+
+    def __post_init__(self):
+        if not isinstance(self.max_relative_position, int) or self.max_relative_position < 1:
+            raise ValueError("shaw: max_relative_position (K) must be an int >= 1, got "
+                             f"{self.max_relative_position!r}")
+        if not isinstance(self.head_dim, int) or self.head_dim < 1:
+            raise ValueError(f"shaw: head_dim must be a positive int, got {self.head_dim!r}")
+
+    def init(self, key):
+        return {"table": shaw_init(key, max_relative_position=self.max_relative_position,
+                                            head_dim=self.head_dim)}
+
+    def bias(self, params, q_positions, k_positions, *, q=None):
+        if q is None:
+            raise ValueError("shaw: the bias depends on the query; call bias(..., q=q) with the "
+                             "scaled query [B, Lq, H, D]")
+        return shaw_bias(params["table"], q, q_positions, k_positions,
+                                  max_relative_position=self.max_relative_position)
+
+    def check_model(self, *, embed_dim, num_heads, head_dim):
+        check_model_dim(self.name, "head_dim", self.head_dim, head_dim)

@@ -1,0 +1,42 @@
+"""The T5 relative-position bias as an encoding (Raffel et al. 2020).
+
+The bucketing and the table live in `posenc_jax.encodings.relative`; this module is the scheme.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax.numpy as jnp
+
+from posenc_jax.encodings.base import Encoding, check_model_dim, register
+from posenc_jax.encodings.relative import t5_bias, t5_bucket, t5_init
+
+
+@register("t5")
+@dataclasses.dataclass(frozen=True)
+class T5Bias(Encoding):
+    """T5's learned bias per head over log-spaced relative-position buckets (Raffel et al.)."""
+
+    num_heads: int
+    num_buckets: int = 32
+    max_distance: int = 128
+    bidirectional: bool = False
+
+    def __post_init__(self):
+        if not isinstance(self.num_heads, int) or self.num_heads < 1:
+            raise ValueError(f"t5: num_heads must be a positive int, got {self.num_heads!r}")
+        t5_bucket(jnp.zeros((1,), jnp.int32), bidirectional=self.bidirectional,
+                           num_buckets=self.num_buckets, max_distance=self.max_distance)
+
+    def init(self, key):
+        return {"table": t5_init(key, num_buckets=self.num_buckets,
+                                          num_heads=self.num_heads)}
+
+    def bias(self, params, q_positions, k_positions, *, q=None):
+        return t5_bias(params["table"], q_positions, k_positions,
+                                bidirectional=self.bidirectional, num_buckets=self.num_buckets,
+                                max_distance=self.max_distance)
+
+    def check_model(self, *, embed_dim, num_heads, head_dim):
+        check_model_dim(self.name, "num_heads", self.num_heads, num_heads)
