@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import posenc_jax
-from posenc_jax.encodings import hf_config, rope_scaling
+from posenc_jax.encodings import hf_config
 
 GOLDEN = json.loads((pathlib.Path(__file__).parent / "data" / "hf_rope_golden.json").read_text())
 CASES = GOLDEN["cases"]

@@ -13,7 +13,12 @@ import pytest
 from flax import nnx
 from hypothesis import given
 
-from posenc_jax.model.transformer import LOGICAL_AXES, Transformer, TransformerConfig, complete_rules
+from posenc_jax.model.transformer import (
+    LOGICAL_AXES,
+    Transformer,
+    TransformerConfig,
+    complete_rules,
+)
 
 V, L = 40, 12
 ENCODINGS = {

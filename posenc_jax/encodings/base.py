@@ -101,6 +101,8 @@ def for_model(name: str, hyperparams: Mapping[str, Any] | None = None, /, *, emb
             raise ValueError(f"encoding {name!r}: hyperparameter {key!r} given twice")
     kwargs.update(more)
     cls = _lookup(name)
+    for key, value in cls.model_defaults.items():
+        kwargs.setdefault(key, value)
     dims = {"embed_dim": embed_dim, "num_heads": num_heads, "head_dim": head_dim}
     for key, value in dims.items():
         if key not in _fields(cls):
@@ -123,6 +125,13 @@ class Encoding:
     name: ClassVar[str] = "base"
     #: True for schemes whose bias hook reads the (scaled) query, e.g. Shaw et al.
     bias_needs_query: ClassVar[bool] = False
+    #: Logical axis names of each param `init` returns, by param name (e.g. a learned table
+    #: `{"table": ("table", "embed")}`); names are the model's `LOGICAL_AXES`, None replicates,
+    #: and a param not listed is replicated. The model shards params by this alone.
+    param_axes: ClassVar[Mapping[str, tuple[str | None, ...]]] = {}
+    #: Hyperparameter defaults that apply when the scheme is built for a model (`for_model`),
+    #: e.g. a learned table initialised at the scale of the sqrt(E)-scaled token embeddings.
+    model_defaults: ClassVar[Mapping[str, Any]] = {}
 
     @property
     def has_embed(self) -> bool:
@@ -135,6 +144,11 @@ class Encoding:
     @property
     def has_bias(self) -> bool:
         return type(self).bias is not Encoding.bias
+
+    @property
+    def has_elementwise_bias(self) -> bool:
+        """True when the bias is an elementwise function of (q position, k position, head)."""
+        return type(self).elementwise_bias is not Encoding.elementwise_bias
 
     @property
     def max_positions(self) -> int | None:
@@ -174,6 +188,20 @@ class Encoding:
         del params, q_positions, k_positions, q
         return None
 
+    def elementwise_bias(self, params: Params, q_positions: Array, k_positions: Array,
+                         head: Array) -> Array | None:
+        """The score bias as an elementwise function, or None when it is not one.
+
+        `q_positions` int32 [Bq, 1] and `k_positions` int32 [1, Bk] (any broadcastable shapes),
+        `head` an int32 scalar or array broadcastable against them (the query head index).
+        Returns float32 of the broadcast shape, computed with elementwise ops and small lookups
+        into `params` only, so that a kernel can evaluate it on a block in registers and never
+        build [H, Lq, Lk]. A scheme that defines it can implement `bias` with
+        `bias_from_elementwise`.
+        """
+        del params, q_positions, k_positions, head
+        return None
+
     def regime(self, k_positions: Array) -> Array:
         """An int32 id that changes exactly when the rotation's frequencies change."""
         del k_positions
@@ -182,3 +210,25 @@ class Encoding:
     def check_model(self, *, embed_dim: int, num_heads: int, head_dim: int) -> None:
         """Raises ValueError when the scheme cannot serve a model of these dimensions."""
         del embed_dim, num_heads, head_dim
+
+
+def bias_from_elementwise(encoding: Encoding, params: Params, q_positions: Array,
+                          k_positions: Array, *, num_heads: int) -> Array:
+    """Evaluates `encoding.elementwise_bias` for every head.
+
+    Args:
+      q_positions: int [Lq] or [B, Lq]; k_positions: int [Lk] or [B, Lk].
+      num_heads: H.
+
+    Returns:
+      float32 [H, Lq, Lk] for 1-D positions, else [B, H, Lq, Lk].
+    """
+    q = jnp.asarray(q_positions)[..., :, None]
+    k = jnp.asarray(k_positions)[..., None, :]
+    rank = max(q.ndim, k.ndim)
+    q = q.reshape((1,) * (rank - q.ndim) + q.shape)[..., None, :, :]     # [..., 1, Lq, 1]
+    k = k.reshape((1,) * (rank - k.ndim) + k.shape)[..., None, :, :]     # [..., 1, 1, Lk]
+    head = jnp.arange(num_heads, dtype=jnp.int32).reshape((1,) * (rank - 2) + (num_heads, 1, 1))
+    out = encoding.elementwise_bias(params, q, k, head)
+    shape = jnp.broadcast_shapes(q.shape, k.shape, head.shape)
+    return jnp.broadcast_to(out, shape).astype(jnp.float32)

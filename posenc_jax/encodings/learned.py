@@ -17,6 +17,7 @@ Shapes: L length, E embedding width; positions are integer [..., L].
 from __future__ import annotations
 
 import dataclasses
+from typing import ClassVar
 
 import jax
 import jax.numpy as jnp
@@ -132,6 +133,10 @@ class Learned(Encoding):
     A position outside [0, max_len) is an error (concrete positions) or NaN (traced ones),
     never a silent clamp.
     """
+
+    param_axes: ClassVar = {"table": ("table", "embed")}
+    # In a model, start the table at the scale of the sqrt(E)-scaled token embeddings.
+    model_defaults: ClassVar = {"stddev": 1.0}
 
     embed_dim: int
     max_len: int = 2048

@@ -19,6 +19,7 @@ class Shaw(Encoding):
     term `q_i . a_{clip(j - i, -K, K)}` with K = `max_relative_position`."""
 
     bias_needs_query: ClassVar[bool] = True
+    param_axes: ClassVar = {"table": ("table", "kv")}
 
     head_dim: int
     max_relative_position: int = 16

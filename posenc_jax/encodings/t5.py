@@ -6,6 +6,7 @@ The bucketing and the table live in `posenc_jax.encodings.relative`; this module
 from __future__ import annotations
 
 import dataclasses
+from typing import ClassVar
 
 import jax.numpy as jnp
 
@@ -17,6 +18,8 @@ from posenc_jax.encodings.relative import t5_bias, t5_bucket, t5_init
 @dataclasses.dataclass(frozen=True)
 class T5Bias(Encoding):
     """T5's learned bias per head over log-spaced relative-position buckets (Raffel et al.)."""
+
+    param_axes: ClassVar = {"table": ("table", "heads")}
 
     num_heads: int
     num_buckets: int = 32

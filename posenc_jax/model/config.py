@@ -162,10 +162,7 @@ class TransformerConfig:
         return tuple(out)
 
     def _build(self, name: str, kwargs: Any) -> Encoding:
-        kwargs = thaw(kwargs)
-        if name == "learned":  # start the table at the scale of the sqrt(E)-scaled tokens
-            kwargs.setdefault("stddev", 1.0)
-        enc = for_model(name, kwargs, embed_dim=self.embed_dim, num_heads=self.num_heads,
+        enc = for_model(name, thaw(kwargs), embed_dim=self.embed_dim, num_heads=self.num_heads,
                         head_dim=self.head_dim)
         enc.check_model(embed_dim=self.embed_dim, num_heads=self.num_heads,
                         head_dim=self.head_dim)

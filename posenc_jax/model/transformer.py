@@ -81,9 +81,6 @@ __all__ = [
 
 Array = jax.Array
 LOGICAL_AXES = ("batch", "length", "embed", "vocab", "heads", "kv_heads", "kv", "mlp", "table")
-# Logical axes of each encoding's params (anything else is replicated).
-_PE_AXES = {"table": {"learned": ("table", "embed"), "t5": ("table", "heads"),
-                      "shaw": ("table", "kv")}}
 
 
 def complete_rules(rules) -> tuple:
@@ -125,11 +122,19 @@ class RMSNorm(nnx.Module):
         return (y * scale.reshape((1,) * (y.ndim - 1) + scale.shape)).astype(x.dtype)
 
 
-def encoding_params(encoding: Encoding, key: Array, param_dtype) -> nnx.Dict:
-    """The encoding's params pytree as an `nnx.Dict` of `nnx.Param`s with logical names."""
+def encoding_params(encoding: Encoding, key: Array, param_dtype, *, hooks: tuple[str, ...]
+                    ) -> nnx.Dict:
+    """The encoding's params as an `nnx.Dict` of `nnx.Param`s, sharded by the logical axes the
+    encoding declares (`param_axes`); empty unless one of `hooks` ("embed", "rotate", "bias")
+    is a hook the encoding uses, so no module carries a table that it never reads."""
+    if not any(getattr(encoding, f"has_{hook}") for hook in hooks):
+        return nnx.Dict({})
     out = {}
     for name, value in encoding.init(key).items():
-        names = _PE_AXES.get(name, {}).get(encoding.name, (None,) * jnp.ndim(value))
+        names = encoding.param_axes.get(name, (None,) * jnp.ndim(value))
+        if len(names) != jnp.ndim(value):
+            raise ValueError(f"encoding {encoding.name!r} declares param_axes[{name!r}]={names} "
+                             f"for a param of shape {jnp.shape(value)}")
         out[name] = _param(jnp.asarray(value), names, param_dtype)
     return nnx.Dict(out)
 
@@ -154,7 +159,7 @@ class Attention(nnx.Module):
                              ("embed", "kv_heads", "kv"), pd)
         self.o_proj = _param(_normal(rngs.params(), (h, d, e), h * d),
                              ("heads", "kv", "embed"), pd)
-        self.pe = encoding_params(encoding, rngs.params(), pd)
+        self.pe = encoding_params(encoding, rngs.params(), pd, hooks=("rotate", "bias"))
 
     def __call__(self, x: Array, positions: Array, segment_ids: Array | None,
                  memory: kv_cache.Memory | None, layer: int) -> tuple[Array, Any]:
@@ -233,7 +238,8 @@ class Transformer(nnx.Module):
         e, v, pd = config.embed_dim, config.vocab_size, config.param_dtype
         self.config = config
         self.embedding = _param(_normal(rngs.params(), (v, e), e), ("vocab", "embed"), pd)
-        self.input_pe = encoding_params(config.input_encoding, rngs.params(), pd)
+        self.input_pe = encoding_params(config.input_encoding, rngs.params(), pd,
+                                        hooks=("embed",))
         self.layers = nnx.List([Block(config, config.layer_encoding(i), rngs=rngs)
                                 for i in range(config.num_layers)])
         self.final_norm = RMSNorm(e, eps=config.norm_eps, param_dtype=pd)
