@@ -41,7 +41,7 @@ BAD = [
      r"beta_fast must be > beta_slow, got beta_fast=1 and beta_slow=32"),
     ({**YARN, "beta_fast": 2.0, "beta_slow": 2.0}, ValueError, r"beta_fast=2 and beta_slow=2"),
     ({**YARN, "beta_slow": 0.0}, ValueError, r"beta_slow must be > 0, got beta_slow=0"),
-    ({**YARN, "truncate": "no"}, TypeError, r"truncate must be a bool, got truncate='no'"),
+    ({**YARN, "truncate": "no"}, TypeError, r"truncate must be a bool \(True or False\), got truncate='no'"),
     ({**LLAMA3, "low_freq_factor": 4.0, "high_freq_factor": 1.0}, ValueError,
      r"low_freq_factor must be < high_freq_factor, got low_freq_factor=4 and high_freq_factor=1"),
     ({**LLAMA3, "low_freq_factor": 2.0, "high_freq_factor": 2.0}, ValueError,

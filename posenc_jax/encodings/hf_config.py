@@ -32,9 +32,9 @@ import warnings
 from collections.abc import Mapping
 from typing import Any
 
+from posenc_jax.checks import finite_float
 from posenc_jax.encodings import rope_scaling
-from posenc_jax.encodings.rope_scaling import get_mscale
-from posenc_jax.encodings.rope_scaling_validate import number, resolve_type, validate
+from posenc_jax.encodings.rope_scaling import get_mscale, method, resolve_type, validate
 
 _DEFAULT_THETA = 10000.0
 
@@ -77,37 +77,36 @@ def rope_kwargs_from_hf_config(config: Mapping[str, Any]) -> dict[str, Any]:
         base = config.get("rope_theta")
     if base is None:
         base = _DEFAULT_THETA
-    base = number("rope_theta", base, minimum=0.0, strict=True)
+    base = finite_float("rope_theta", base, above=0)
     prf = raw.pop("partial_rotary_factor", None)
     for key in ("partial_rotary_factor", "rotary_pct"):
         if prf is None:
             prf = config.get(key)
-    prf = 1.0 if prf is None else number("partial_rotary_factor", prf, minimum=0.0, strict=True)
+    prf = 1.0 if prf is None else finite_float("partial_rotary_factor", prf, above=0)
     head_dim = _head_dim(config)
     rotary_dim = int(head_dim * prf)
     if rotary_dim % 2 or not 2 <= rotary_dim <= head_dim:
         raise ValueError(f"rotary dim int(head_dim * partial_rotary_factor) = int({head_dim} * "
                          f"{prf:g}) = {rotary_dim} must be even and in [2, {head_dim}]")
     max_len = config.get("max_position_embeddings")
-    rope_type = resolve_type(raw) if raw else "default"
+    record = method(resolve_type(raw) if raw else "default")
     key = "original_max_position_embeddings"
-    if rope_type == "dynamic" and max_len is not None:
+    if record.hf_original_is_max and max_len is not None:
         if raw.get(key) not in (None, max_len):
             warnings.warn(f"dynamic NTK: transformers ignores rope_scaling's {key}="
                           f"{raw[key]} and uses max_position_embeddings={max_len}; so do we",
                           UserWarning, stacklevel=2)
         raw[key] = max_len
-    elif rope_type in ("yarn", "longrope", "llama3") and config.get(key) is not None:
+    elif key in record.keys and not record.hf_original_is_max and config.get(key) is not None:
         if raw.get(key) not in (None, config[key]):
             warnings.warn(f"config has {key}={config[key]} at the top level and "
                           f"{raw[key]} in its rope dict; the top-level value wins, as in "
                           "transformers 5.x", UserWarning, stacklevel=2)
         raw[key] = config[key]
-    scaling = None
-    if rope_type != "default":
-        scaling = validate(raw, rotary_dim=rotary_dim, max_position_embeddings=max_len)
-    else:
-        validate(raw or {"rope_type": "default"}, rotary_dim=rotary_dim)  # warns on stray keys
+    # validated once, here (it warns on stray keys); a method with no keys is plain RoPE
+    scaling = validate(raw or {"rope_type": "default"}, rotary_dim=rotary_dim,
+                       max_position_embeddings=max_len)
+    scaling = scaling if record.keys else None
     return {"head_dim": head_dim, "rotary_dim": rotary_dim, "base": base, "scaling": scaling,
             "max_position_embeddings": None if max_len is None else int(max_len)}
 
@@ -129,6 +128,6 @@ def softmax_scale_factor(config: Mapping[str, Any]) -> float:
     part of the RoPE attention_factor (transformers 4.57's DeepSeek-V2 omitted it)."""
 
     raw = _scaling_dict(config)
-    if not raw or resolve_type(raw) == "default" or not raw.get("mscale_all_dim"):
+    if "mscale_all_dim" not in method(resolve_type(raw)).keys or not raw.get("mscale_all_dim"):
         return 1.0
     return get_mscale(float(raw["factor"]), float(raw["mscale_all_dim"])) ** 2

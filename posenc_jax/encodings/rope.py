@@ -240,8 +240,8 @@ class RoPE(Encoding):
 
     @functools.cached_property
     def scaling_dict(self) -> dict[str, Any] | None:
-        """The validated scaling dict (None for plain RoPE)."""
-        return None if self.scaling is None else thaw(self.scaling)
+        """The validated scaling dict (None for plain RoPE); validated once, at construction."""
+        return None if self.scaling is None else rope_scaling.Validated(thaw(self.scaling))
 
     @property
     def is_length_dependent(self):
@@ -249,7 +249,7 @@ class RoPE(Encoding):
 
     def frequencies(self, seq_len: Array | int | None = None) -> tuple[Array, Array]:
         """`(inv_freq [R] float32, attention_factor)` for a sequence of length `seq_len`."""
-        return rope_scaling.frequencies_validated(
+        return rope_scaling.frequencies(
             self.scaling_dict, rotary_dim=self.rotary_dim, base=self.base, seq_len=seq_len)
 
     def regime(self, k_positions):

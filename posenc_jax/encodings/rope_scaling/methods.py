@@ -1,11 +1,11 @@
-"""Context extension for RoPE: each method maps base frequencies to scaled ones.
+"""The RoPE scaling methods as pure functions: base frequencies -> scaled frequencies.
 
-Every method is a pure function `method(inv_freq, *, hyperparameters) -> (inv_freq,
-attention_factor)` on the plain RoPE frequencies `inv_freq = base^(-2i / d)` (float32 [R],
-R = d / 2, d = rotary_dim). `attention_factor` multiplies both cos and sin, as Hugging Face
-applies it, so attention logits scale by its square; it depends on hyperparameters only and is
-returned as a concrete NumPy float32 scalar (never a tracer, even under jit). Hyperparameters
-carry Hugging Face's names.
+Every method is `method(inv_freq, *, hyperparameters) -> (inv_freq, attention_factor)` on the
+plain RoPE frequencies `inv_freq = base^(-2i / d)` (float32 [R], R = d / 2, d = rotary_dim).
+`attention_factor` multiplies both cos and sin, as Hugging Face applies it, so attention
+logits scale by its square; it depends on hyperparameters only and is returned as a concrete
+NumPy float32 scalar (never a tracer, even under jit). Hyperparameters carry Hugging Face's
+names. The registry (`registry.py`) holds one record per method naming these functions.
 
     linear     inv_freq / factor                                 (Chen et al. 2023, PI)
     ntk        base -> base * factor^(d / (d - 2))               (NTK-aware, static)
@@ -18,59 +18,27 @@ carry Hugging Face's names.
                factor sqrt(1 + ln(factor) / ln(L0))              (Ding et al. 2024)
     llama3     / factor for wavelengths > L0 / low_freq_factor, untouched below
                L0 / high_freq_factor, a smooth blend between      (Llama 3.1)
-
-`frequencies(scaling, ...)` dispatches on a Hugging Face style dict; `validate` checks one once
-(`posenc_jax.encodings.rope_scaling_validate`); `from_hf_config` reads a whole transformers config.json
-(`posenc_jax.encodings.hf_config`). The sequence length s is `max(k_positions) + 1`, exactly what Hugging
-Face's dynamic update uses (`max(position_ids) + 1`); it may be a traced scalar.
-
-KV-cache policy for the length-dependent methods (dynamic, LongRoPE)
---------------------------------------------------------------------
-Their frequencies change as the sequence grows. `regime(scaling, seq_len=s)` is an int32 id
-that changes exactly when the frequencies for s change (0 = the original frequencies;
-LongRoPE 0 short / 1 long; dynamic 0 at or below L0, else s). The cache stores keys already
-rotated, plus the regime they were rotated under. When a decode step's regime differs from
-the cache's, the cache is rebuilt by re-running the whole prefix under the new regime; the
-result is then exactly the full forward pass, for any number of layers.
-Why not cache keys unrotated and re-rotate them? That is exact for ONE layer only: a deeper
-layer's keys are computed from the earlier layers' attention outputs, which were computed
-under the old regime, so re-rotating them does not give what a full forward pass computes.
-Hugging Face keeps rotated keys and silently mixes regimes after a switch (transformers issue
-25104); vLLM freezes the regime at start-up. The price of exactness: LongRoPE rebuilds once
-(when s first exceeds L0); dynamic NTK rebuilds at every step past L0. A user who prefers
-speed can freeze the frequencies by passing a fixed `seq_len` (e.g. the context length).
-Our frequencies are a pure function of s. Hugging Face's dynamic module is not: once grown it
-keeps the largest length seen until s drops back to L0 (so after a 6000-token call a
-5000-token call uses the 6000 frequencies); we match a freshly built Hugging Face module.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from posenc_jax.encodings.frequencies import inv_freq as base_inv_freq
-from posenc_jax.encodings.rope_scaling_validate import METHODS, resolve_type, validate
+from posenc_jax.checks import finite_float
 
 __all__ = [
-    "METHODS",
     "default",
     "dynamic",
-    "frequencies",
     "get_mscale",
-    "is_length_dependent",
     "linear",
     "llama3",
     "longrope",
     "ntk",
-    "regime",
-    "resolve_type",
-    "validate",
     "yarn",
     "yarn_attention_factor",
     "yarn_ramp",
@@ -87,9 +55,7 @@ def _out(inv_freq, attention_factor=1.0) -> Result:
 
 
 def _check_factor(factor: float) -> float:
-    if not factor >= 1.0:
-        raise ValueError(f"factor must be >= 1, got factor={factor!r}")
-    return float(factor)
+    return finite_float("factor", factor, minimum=1)
 
 
 def default(inv_freq) -> Result:
@@ -238,83 +204,3 @@ def llama3(inv_freq, *, factor: float, low_freq_factor: float, high_freq_factor:
     out = jnp.where(wavelen > length / low_freq_factor, inv_freq / factor, smooth)
     out = jnp.where(wavelen < length / high_freq_factor, inv_freq, out)
     return _out(out)
-
-
-def check_theta(cfg: Mapping[str, Any] | None, *, base: float) -> None:
-    """ValueError when a validated scaling dict carries a rope_theta that is not `base`."""
-    if cfg is not None and "rope_theta" in cfg and cfg["rope_theta"] != float(base):
-        raise ValueError(f"scaling has rope_theta={cfg['rope_theta']:g} but base={base!r}; "
-                         "they must agree")
-
-
-def frequencies(scaling: Mapping[str, Any] | None, *, rotary_dim: int, base: float,
-                seq_len=None, max_position_embeddings: int | None = None) -> Result:
-    """(inv_freq float32 [rotary_dim // 2], attention_factor np.float32) for a scaling dict.
-
-    scaling: None or {"rope_type" (or legacy "type"): ..., hyperparameters}; validated here.
-    seq_len: the current length, max(k_positions) + 1 (int or traced scalar); used by
-    dynamic and longrope only; None means "at or below the original length".
-    """
-    cfg = None if scaling is None else validate(
-        scaling, rotary_dim=rotary_dim, max_position_embeddings=max_position_embeddings)
-    check_theta(cfg, base=base)
-    return frequencies_validated(cfg, rotary_dim=rotary_dim, base=base, seq_len=seq_len)
-
-
-def frequencies_validated(cfg: Mapping[str, Any] | None, *, rotary_dim: int, base: float,
-                          seq_len=None) -> Result:
-    """`frequencies` for a dict that `validate` already returned (no re-validation: what the
-    `rope` encoding calls on every forward pass)."""
-    inv_freq = base_inv_freq(rotary_dim, base=base)
-    kind = "default" if cfg is None else cfg["rope_type"]
-    if kind == "default":
-        return default(inv_freq)
-    if kind in ("linear", "ntk"):
-        return (linear if kind == "linear" else ntk)(inv_freq, factor=cfg["factor"])
-    orig = cfg["original_max_position_embeddings"]
-    if kind == "dynamic":
-        return dynamic(inv_freq, factor=cfg["factor"], seq_len=seq_len,
-                       original_max_position_embeddings=orig)
-    if kind == "yarn":
-        return yarn(inv_freq, base=base, original_max_position_embeddings=orig,
-                    **{k: cfg[k] for k in ("factor", "beta_fast", "beta_slow", "truncate",
-                                           "mscale", "mscale_all_dim", "attention_factor")
-                       if k in cfg})
-    if kind == "longrope":
-        return longrope(inv_freq, short_factor=cfg["short_factor"], seq_len=seq_len,
-                        long_factor=cfg["long_factor"], original_max_position_embeddings=orig,
-                        factor=cfg.get("factor"), attention_factor=cfg.get("attention_factor"))
-    return llama3(inv_freq, factor=cfg["factor"], low_freq_factor=cfg["low_freq_factor"],
-                  high_freq_factor=cfg["high_freq_factor"], original_max_position_embeddings=orig)
-
-
-def is_length_dependent(scaling: Mapping[str, Any] | None) -> bool:
-    """True for dynamic NTK, and for LongRoPE when short_factor and long_factor differ."""
-    kind = resolve_type(scaling)
-    if kind == "dynamic":
-        return True
-    if kind == "longrope":
-        return list(scaling.get("short_factor") or []) != list(scaling.get("long_factor") or [])
-    return False
-
-
-def regime(scaling: Mapping[str, Any] | None, *, seq_len,
-           max_position_embeddings: int | None = None) -> Array:
-    """int32 [] id that changes exactly when `frequencies(scaling, seq_len=seq_len)` changes.
-
-    0 = the original frequencies; LongRoPE: 0 short / 1 long; dynamic: 0 at or below the
-    original length L0, else seq_len. Jittable in seq_len. See the module docstring for the
-    KV-cache policy built on it.
-    """
-    if seq_len is None or not is_length_dependent(scaling):
-        return jnp.zeros((), jnp.int32)
-    orig = scaling.get("original_max_position_embeddings")
-    orig = max_position_embeddings if orig is None else orig
-    if orig is None:
-        raise ValueError(f"rope_type={resolve_type(scaling)!r} needs "
-                         "original_max_position_embeddings (or max_position_embeddings=)")
-    s = jnp.asarray(seq_len).astype(jnp.int32).reshape(())
-    above = s > int(orig)
-    if resolve_type(scaling) == "longrope":
-        return above.astype(jnp.int32)
-    return jnp.where(above, s, 0).astype(jnp.int32)
