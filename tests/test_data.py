@@ -314,9 +314,8 @@ def test_synthetic_tasks_are_deterministic_and_hold_their_answer(task):
         if task == "copy":
             assert before == answer + b"=" and answer.isalpha()
         elif task == "passkey":
-            assert len(answer) == 5 and answer.isdigit()
-            assert b"The pass key is " + answer + b". Remember it." in before
-            assert doc.count(answer) == 3
+            assert len(answer) == 5 and answer.isdigit() and before.endswith(b"key=")
+            assert b"key=" + answer + b". " in before and doc.count(answer) == 2
         else:
             key = before.split(b"? ")[-1].rstrip(b"=")
             assert len(answer) == 2 and answer.isdigit()

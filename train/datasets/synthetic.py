@@ -8,9 +8,9 @@ answer the model can only produce by using earlier context:
 
 - `copy`:         `<payload>=<payload>\\n`, payload random lowercase letters; the answer is the
                   second copy.
-- `passkey`:      filler sentences with `The pass key is 12345. Remember it. 12345 is the pass
-                  key. ` inserted at a random sentence boundary, ending
-                  `What is the pass key? The pass key is 12345.\\n`; the answer is the last key.
+- `passkey`:      filler sentences with `key=12345. ` inserted at a random sentence
+                  boundary, ending `key=12345\\n` (`train.datasets.passkey`, whose eval
+                  sets the study scores); the answer is the last key.
 - `assoc_recall`: `abc=42 xyz=07 ... ? xyz=07\\n` (distinct 3-letter keys, 2-digit values); the
                   answer is the queried value.
 
@@ -23,11 +23,11 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from train.datasets import passkey
+
 TASKS = ("copy", "passkey", "assoc_recall")
 _SPLIT_IDS = {"train": 0, "validation": 1, "test": 2}
 _LETTERS = np.frombuffer(b"abcdefghijklmnopqrstuvwxyz", dtype=np.uint8)
-_FILLER = (b"The grass is green. ", b"The sky is blue. ", b"The sun is yellow. ",
-           b"Here we go. ", b"There and back again. ")
 
 
 def _copy(rng: np.random.Generator, length: int) -> tuple[bytes, int, int]:
@@ -36,17 +36,13 @@ def _copy(rng: np.random.Generator, length: int) -> tuple[bytes, int, int]:
     return payload + b"=" + payload + b"\n", n + 1, 2 * n + 1
 
 
+_PASSKEY_DIGITS = 5
+
+
 def _passkey(rng: np.random.Generator, length: int) -> tuple[bytes, int, int]:
-    key = str(int(rng.integers(10_000, 100_000))).encode()
-    needle = b"The pass key is " + key + b". Remember it. " + key + b" is the pass key. "
-    question = b"What is the pass key? The pass key is "
-    room = length - len(needle) - len(question) - len(key) - 2
-    mean = sum(map(len, _FILLER)) / len(_FILLER)
-    num_sentences = max(0, round(room / mean))
-    sentences = [_FILLER[j % len(_FILLER)] for j in range(num_sentences)]
-    cut = int(rng.integers(0, num_sentences + 1))
-    doc = b"".join(sentences[:cut]) + needle + b"".join(sentences[cut:]) + question + key
-    return doc + b".\n", len(doc) - len(key), len(doc)
+    doc = passkey.document(rng, max(length, passkey.min_length(_PASSKEY_DIGITS)),
+                           digits=_PASSKEY_DIGITS)
+    return doc + b"\n", len(doc) - _PASSKEY_DIGITS, len(doc)
 
 
 def _assoc_recall(rng: np.random.Generator, length: int) -> tuple[bytes, int, int]:
