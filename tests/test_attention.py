@@ -206,7 +206,7 @@ def test_errors_name_the_bad_values():
                                              "num_heads=4"):
             attend(q, k, v, encoding=alibi3, q_positions=pos, k_positions=pos,
                    implementation=impl)
-    with pytest.raises(ValueError, match="block_q must be an int >= 1, got block_q=0"):
+    with pytest.raises(ValueError, match="block_q must be >= 1, got block_q=0"):
         attend(q, k, v, implementation="blockwise", block_q=0, **kw)
     with pytest.raises(ValueError, match="give both q_segment_ids and k_segment_ids"):
         attend(q, k, v, q_segment_ids=pos, **kw)

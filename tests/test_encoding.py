@@ -45,6 +45,33 @@ def all_hooks(enc, params, x, q, k, pos):
     return out
 
 
+def _wrong_types(enc):
+    """(field, a string in place of its value, the TypeError's text) for each int, float and
+    bool field of a built scheme."""
+    for field in dataclasses.fields(enc):
+        value = getattr(enc, field.name)
+        if isinstance(value, bool):
+            yield field.name, "True", rf"{field.name} must be a bool \(True or False\), got "
+        elif isinstance(value, int):
+            yield field.name, "4", rf"{field.name} must be an int, got {field.name}='4' \(str\)"
+        elif isinstance(value, float):
+            yield field.name, "1.0", rf"{field.name} must be a number, got {field.name}='1.0'"
+
+
+@pytest.mark.parametrize("name", EXPECTED)
+def test_a_value_of_the_wrong_type_is_a_type_error_naming_key_and_value(name):
+    # The same mistake raises the same exception in every scheme (posenc_jax.checks):
+    # get("t5", num_heads="4") is a TypeError, as num_buckets="4" is.
+    enc = build(name)
+    for key, value, match in _wrong_types(enc):
+        with pytest.raises(TypeError, match=match):
+            dataclasses.replace(enc, **{key: value})
+    with pytest.raises(TypeError, match=r"num_heads must be an int, got num_heads='4'"):
+        posenc_jax.get("t5", num_heads="4")
+    with pytest.raises(TypeError, match=r"num_buckets must be an int, got num_buckets='4'"):
+        posenc_jax.get("t5", num_heads=4, num_buckets="4")
+
+
 def test_names_lists_every_builtin_scheme():
     assert posenc_jax.names() == EXPECTED
 

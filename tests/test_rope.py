@@ -299,7 +299,7 @@ def test_bad_base(base):
 
 def test_bad_layout_rotary_dim_and_shapes():
     x = jnp.zeros((2, 4, 3, 8))
-    with pytest.raises(ValueError, match=r"\('half', 'interleaved'\), got layout='neox'"):
+    with pytest.raises(ValueError, match=r"unknown layout 'neox'; valid: 'half', 'interleaved'"):
         rope.apply(x, jnp.arange(4), rope.inv_freq(8), layout="neox")
     with pytest.raises(ValueError, match=r"rotary dim 2R=16 .* <= head dim D=8"):
         rope.apply(x, jnp.arange(4), rope.inv_freq(16))

@@ -6,10 +6,10 @@ Shapes: R = rotary_dim // 2 frequencies.
 
 from __future__ import annotations
 
-import numbers
-
 import jax
 import jax.numpy as jnp
+
+from posenc_jax.checks import finite_float, integer
 
 __all__ = ["inv_freq"]
 
@@ -19,12 +19,9 @@ def inv_freq(rotary_dim: int, *, base: float = 10000.0) -> jax.Array:
     Raises:
       ValueError: odd rotary_dim, rotary_dim < 2, or base <= 0.
     """
-    if isinstance(rotary_dim, bool) or not isinstance(rotary_dim, numbers.Integral):
-        raise TypeError(f"rotary_dim must be an int, got rotary_dim={rotary_dim!r}")
+    rotary_dim = integer("rotary_dim", rotary_dim)
     if rotary_dim < 2 or rotary_dim % 2:
         raise ValueError(f"rotary_dim must be even and >= 2, got rotary_dim={rotary_dim}")
-    if not base > 0:
-        raise ValueError(f"base must be > 0, got base={base!r}")
-    rotary_dim = int(rotary_dim)
+    base = finite_float("base", base, above=0)
     exponents = jnp.arange(0, rotary_dim, 2, dtype=jnp.float32) / jnp.float32(rotary_dim)
     return 1.0 / (jnp.float32(base) ** exponents)

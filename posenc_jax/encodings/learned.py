@@ -24,7 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.experimental import checkify
 
-from posenc_jax.checks import integer, integer_array
+from posenc_jax.checks import finite_float, integer, integer_array
 from posenc_jax.encodings.base import Encoding, check_model_dim, register
 
 __all__ = ["checked_lookup", "init", "lookup"]
@@ -143,10 +143,9 @@ class Learned(Encoding):
     stddev: float = 0.02
 
     def __post_init__(self):
-        if not isinstance(self.max_len, int) or self.max_len < 1:
-            raise ValueError(f"learned: max_len must be a positive int, got {self.max_len!r}")
-        if not isinstance(self.embed_dim, int) or self.embed_dim < 1:
-            raise ValueError(f"learned: embed_dim must be a positive int, got {self.embed_dim!r}")
+        integer("max_len", self.max_len, minimum=1)
+        integer("embed_dim", self.embed_dim, minimum=1)
+        finite_float("stddev", self.stddev, minimum=0)
 
     @property
     def max_positions(self):

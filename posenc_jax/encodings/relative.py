@@ -19,7 +19,7 @@ import math
 import jax
 import jax.numpy as jnp
 
-from posenc_jax.checks import integer, integer_array, pair
+from posenc_jax.checks import boolean, integer, integer_array, pair
 
 __all__ = [
     "relative_positions",
@@ -49,6 +49,7 @@ def relative_positions(q_positions, k_positions) -> jax.Array:
 
 def _check_t5(bidirectional: bool, num_buckets: int, max_distance: int) -> int:
     """Validate T5 hyperparameters; return max_exact (buckets per direction // 2)."""
+    bidirectional = boolean("bidirectional", bidirectional)
     num_buckets = integer("num_buckets", num_buckets, minimum=2)
     max_distance = integer("max_distance", max_distance, minimum=1)
     if bidirectional and (num_buckets < 4 or num_buckets % 2):

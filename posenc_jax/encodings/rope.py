@@ -44,7 +44,7 @@ import numpy as np
 from jax import lax
 
 from posenc_jax._frozen import freeze, thaw
-from posenc_jax.checks import integer_array
+from posenc_jax.checks import finite_float, integer, integer_array, one_of, positive_int
 from posenc_jax.encodings import rope_scaling
 from posenc_jax.encodings.base import Encoding, check_model_dim, register
 from posenc_jax.encodings.frequencies import inv_freq
@@ -146,8 +146,7 @@ def apply_cos_sin(x, cos, sin, *, layout: str = "half") -> jax.Array:
     Raises:
       ValueError: unknown layout, 2R > D, or shapes that do not broadcast.
     """
-    if layout not in LAYOUTS:
-        raise ValueError(f"layout must be one of {LAYOUTS}, got layout={layout!r}")
+    one_of("layout", layout, LAYOUTS)
     x = jnp.asarray(x)
     cos, sin = jnp.asarray(cos), jnp.asarray(sin)
     if cos.shape != sin.shape:
@@ -212,24 +211,22 @@ class RoPE(Encoding):
     max_position_embeddings: int | None = None
 
     def __post_init__(self):
-        if not isinstance(self.head_dim, int) or self.head_dim < 2:
-            raise ValueError(f"rope: head_dim must be an int >= 2, got {self.head_dim!r}")
+        integer("head_dim", self.head_dim, minimum=2)
         rotary_dim = self.rotary_dim
         if rotary_dim is None:
-            factor = 1.0 if self.partial_rotary_factor is None else self.partial_rotary_factor
-            if not 0.0 < factor <= 1.0:
-                raise ValueError(
-                    f"rope: partial_rotary_factor must be in (0, 1], got {factor!r}")
+            factor = 1.0 if self.partial_rotary_factor is None else finite_float(
+                "partial_rotary_factor", self.partial_rotary_factor, above=0, maximum=1)
             rotary_dim = int(self.head_dim * factor)
         elif self.partial_rotary_factor is not None:
             raise ValueError("rope: give rotary_dim or partial_rotary_factor, not both "
                              f"(got {self.rotary_dim} and {self.partial_rotary_factor})")
-        if rotary_dim % 2 or not 2 <= rotary_dim <= self.head_dim:
+        if integer("rotary_dim", rotary_dim) % 2 or not 2 <= rotary_dim <= self.head_dim:
             raise ValueError(f"rope: rotary_dim must be even and in [2, head_dim={self.head_dim}]"
                              f", got rotary_dim={rotary_dim}")
         object.__setattr__(self, "rotary_dim", rotary_dim)
-        if self.layout not in ("half", "interleaved"):
-            raise ValueError(f"rope: unknown layout {self.layout!r}; valid: 'half', 'interleaved'")
+        one_of("layout", self.layout, LAYOUTS)
+        if self.max_position_embeddings is not None:
+            positive_int("max_position_embeddings", self.max_position_embeddings)
         inv_freq(rotary_dim, base=self.base)  # validates the base
         if self.scaling is not None:
             raw = thaw(self.scaling) if isinstance(self.scaling, tuple) else self.scaling

@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 from typing import ClassVar
 
+from posenc_jax.checks import integer
 from posenc_jax.encodings.base import Encoding, check_model_dim, register
 from posenc_jax.encodings.relative import shaw_bias, shaw_init
 
@@ -25,11 +26,8 @@ class Shaw(Encoding):
     max_relative_position: int = 16
 
     def __post_init__(self):
-        if not isinstance(self.max_relative_position, int) or self.max_relative_position < 1:
-            raise ValueError("shaw: max_relative_position (K) must be an int >= 1, got "
-                             f"{self.max_relative_position!r}")
-        if not isinstance(self.head_dim, int) or self.head_dim < 1:
-            raise ValueError(f"shaw: head_dim must be a positive int, got {self.head_dim!r}")
+        integer("max_relative_position", self.max_relative_position, minimum=1)
+        integer("head_dim", self.head_dim, minimum=1)
 
     def init(self, key):
         return {"table": shaw_init(key, max_relative_position=self.max_relative_position,

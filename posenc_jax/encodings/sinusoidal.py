@@ -14,11 +14,10 @@ Shapes: L length, E = dim the embedding width; positions are [..., L].
 from __future__ import annotations
 
 import dataclasses
-import numbers
 
 import jax.numpy as jnp
 
-from posenc_jax.checks import integer_array
+from posenc_jax.checks import finite_float, integer, integer_array
 from posenc_jax.encodings import rope
 from posenc_jax.encodings.base import Encoding, check_model_dim, register
 
@@ -26,10 +25,9 @@ __all__ = ["encode", "frequencies", "shift_matrix"]
 
 
 def _check(dim: int, base: float) -> None:
-    if isinstance(dim, bool) or not isinstance(dim, numbers.Integral) or dim < 2 or dim % 2:
+    if integer("dim", dim) < 2 or dim % 2:
         raise ValueError(f"dim must be an even int >= 2, got dim={dim!r}")
-    if not base > 0:
-        raise ValueError(f"base must be > 0, got base={base!r}")
+    finite_float("base", base, above=0)
 
 
 def frequencies(dim: int, *, base: float = 10000.0) -> jnp.ndarray:
@@ -89,6 +87,7 @@ class Sinusoidal(Encoding):
     base: float = 10000.0
 
     def __post_init__(self):
+        integer("embed_dim", self.embed_dim)
         encode(jnp.zeros((1,), jnp.int32), self.embed_dim, base=self.base)
 
     def embed(self, params, x, positions):

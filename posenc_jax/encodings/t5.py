@@ -10,6 +10,7 @@ from typing import ClassVar
 
 import jax.numpy as jnp
 
+from posenc_jax.checks import integer
 from posenc_jax.encodings.base import Encoding, check_model_dim, register
 from posenc_jax.encodings.relative import t5_bias, t5_bucket, t5_init
 
@@ -27,8 +28,7 @@ class T5Bias(Encoding):
     bidirectional: bool = False
 
     def __post_init__(self):
-        if not isinstance(self.num_heads, int) or self.num_heads < 1:
-            raise ValueError(f"t5: num_heads must be a positive int, got {self.num_heads!r}")
+        integer("num_heads", self.num_heads, minimum=1)
         t5_bucket(jnp.zeros((1,), jnp.int32), bidirectional=self.bidirectional,
                            num_buckets=self.num_buckets, max_distance=self.max_distance)
 

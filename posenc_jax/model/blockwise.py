@@ -31,6 +31,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from posenc_jax.checks import positive_int
 from posenc_jax.encodings.base import Encoding
 from posenc_jax.model.scores import build_mask, encoding_bias
 
@@ -72,9 +73,7 @@ def attend_blockwise(q: Array, k: Array, v: Array, *, encoding: Encoding, params
     Returns:
       [B, Lq, H, D] in q.dtype.
     """
-    for name, value in (("block_q", block_q), ("block_k", block_k)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be an int >= 1, got {name}={value!r}")
+    block_q, block_k = positive_int("block_q", block_q), positive_int("block_k", block_k)
     b, lq, h, d = q.shape
     lk, kh = k.shape[1], k.shape[2]
     g = h // kh

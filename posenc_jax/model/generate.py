@@ -17,6 +17,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from posenc_jax.checks import finite_float, integer, positive_int
 from posenc_jax.model.kv_cache import init_cache
 
 __all__ = ["generate", "sample"]
@@ -70,15 +71,10 @@ def generate(model, prompt: Array, *, max_new_tokens: int, rng: Array | None = N
     if prompt.ndim != 2 or prompt.shape[1] < 1 or not jnp.issubdtype(prompt.dtype, jnp.integer):
         raise ValueError(f"prompt must be int [B, P] with P >= 1, got shape {prompt.shape} "
                          f"and dtype {prompt.dtype}")
-    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) \
-            or max_new_tokens < 1:
-        raise ValueError(f"max_new_tokens must be an int >= 1, got {max_new_tokens!r}")
-    if not temperature >= 0.0:
-        raise ValueError(f"temperature must be >= 0 (0 = greedy), got {temperature!r}")
-    vocab = model.config.vocab_size
-    if top_k is not None and not (isinstance(top_k, int) and 1 <= top_k <= vocab):
-        raise ValueError(f"top_k must be None or an int in [1, vocab_size={vocab}], got "
-                         f"top_k={top_k!r}")
+    max_new_tokens = positive_int("max_new_tokens", max_new_tokens)
+    temperature = finite_float("temperature", temperature, minimum=0)  # 0 = greedy
+    if top_k is not None:  # at most the vocabulary size
+        top_k = integer("top_k", top_k, minimum=1, maximum=model.config.vocab_size)
     if temperature > 0.0 and rng is None:
         raise ValueError(f"sampling with temperature={temperature} needs rng=jax.random.key(..)")
     rng = jax.random.key(0) if rng is None else rng

@@ -1,10 +1,10 @@
 """Context extension for RoPE: a registry of scaling methods, each a map from the base
 frequencies to scaled ones (linear/PI, NTK, dynamic NTK, YaRN, LongRoPE, Llama 3.1).
 
-    methods.py    the pure functions, one per method (`linear(inv_freq, factor=4.0)`)
+    formulas.py   the pure functions, one per method (`linear(inv_freq, factor=4.0)`)
     registry.py   one record per method (`Method`): keys, required keys, length dependence,
                   function, aliases; `method(name)`, `methods()`, `register`, `stretch`
-    validate.py   `validate(scaling, rotary_dim=...)`, generic over the records
+    validation.py `validate(scaling, rotary_dim=...)`, generic over the records
 
 This module is the one entry point: `frequencies(scaling, ...)` takes a Hugging Face style dict
 (validated here unless `validate` already returned it, so the RoPE encoding, which validates
@@ -42,7 +42,7 @@ import jax
 import jax.numpy as jnp
 
 from posenc_jax.encodings.frequencies import inv_freq as base_inv_freq
-from posenc_jax.encodings.rope_scaling.methods import (
+from posenc_jax.encodings.rope_scaling.formulas import (
     Result,
     default,
     dynamic,
@@ -63,7 +63,7 @@ from posenc_jax.encodings.rope_scaling.registry import (
     resolve_type,
     stretch,
 )
-from posenc_jax.encodings.rope_scaling.validate import Validated, check_theta, validate
+from posenc_jax.encodings.rope_scaling.validation import Validated, check_theta, validate
 
 __all__ = [
     "Method",

@@ -2,8 +2,8 @@
 
 A `Method` says what a method takes and how it behaves: the keys of its Hugging Face style
 dict, the keys it cannot do without, whether its frequencies depend on the current sequence
-length, its pure function (`methods.py`), and its aliases ("su" -> "longrope"). Validation
-(`validate.py`), the frequency dispatch, the KV-cache regime, Hugging Face config parsing
+length, its pure function (`formulas.py`), and its aliases ("su" -> "longrope"). Validation
+(`validation.py`), the frequency dispatch, the KV-cache regime, Hugging Face config parsing
 (`posenc_jax.encodings.hf_config`) and the length-extrapolation study all read these records;
 none of them tests a method's name. A new method is one `register(Method(...))` call.
 
@@ -22,8 +22,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from posenc_jax.checks import one_of
-from posenc_jax.encodings.rope_scaling import methods as fn
+from posenc_jax.encodings.rope_scaling import formulas as fn
 
 __all__ = ["Method", "method", "methods", "register", "resolve_type", "stretch"]
 
@@ -145,7 +144,8 @@ def stretch(name: str, *, factor: float, original_max_position_embeddings: int,
     """The scaling dict of method `name` that stretches RoPE from L0 to factor * L0."""
     record = method(name)
     if record.stretch is None:
-        one_of("rope_type", name, methods(stretchable=True))
+        raise ValueError(f"rope_type={name!r} does not extend the context; valid: "
+                         f"{', '.join(methods(stretchable=True))}")
     return record.stretch(float(factor), int(original_max_position_embeddings), int(rotary_dim))
 
 
