@@ -9,7 +9,8 @@ Keys:
   encodings          comma-separated registry names (`--config.encodings=rope,alibi`)
   scalings           RoPE scaling methods evaluated past L: linear, ntk, dynamic, yarn,
                      llama3, longrope ('' for none); factor = eval_len / L
-  scaling_overrides  <method>: keys replacing the rule in `train.study_plan.scaling_config`
+  scaling_overrides  <method>: keys added to or replacing the rule in
+                     `train.study.scalings.scaling_config` (llama3's band edges are here)
   eval_lengths       comma-separated ints or multiples of L ('L/2', 'L', '4L')
   eval_num_tokens    targets scored at every length (the same tokens for all)
   eval_split         the held-out split evaluated
@@ -17,7 +18,9 @@ Keys:
   eval_attention     '' (as trained), 'dense' or 'blockwise' for evaluation
   eval_block_size    blockwise block size at eval (0: the model's)
   max_eval_memory_gb an eval length whose estimated peak memory is above this is an error
-  encoding_kwargs    <encoding>: kwargs (learned max_len and t5 max_distance default to L)
+  encoding_kwargs    <encoding>: kwargs
+  length_kwargs      <encoding>: comma-separated kwargs that default to L (the learned
+                     table's max_len, T5's max_distance)
   estimate_gflops, estimate_compile_s   the cost model behind the printed time estimate
   train              the training config of every model (configs/default.py's keys); its
                      seq_len is L and its seed the init and data-order seed
@@ -32,7 +35,8 @@ def get_config():
     config = ml_collections.ConfigDict()
     config.encodings = "sinusoidal,learned,rope,alibi,t5,shaw,nope"
     config.scalings = "linear,ntk,dynamic,yarn,llama3,longrope"
-    config.scaling_overrides = ml_collections.ConfigDict()
+    config.scaling_overrides = ml_collections.ConfigDict(
+        {"llama3": {"low_freq_factor": 1.0, "high_freq_factor": 4.0}})  # as Llama 3.1
     config.eval_lengths = "L/2,L,2L,4L,8L,16L"
     config.eval_num_tokens = 32768
     config.eval_split = "test"
@@ -42,6 +46,7 @@ def get_config():
     config.max_eval_memory_gb = 6.0
     config.encoding_kwargs = ml_collections.ConfigDict(
         {"learned": {}, "t5": {}, "shaw": {"max_relative_position": 16}})
+    config.length_kwargs = ml_collections.ConfigDict({"learned": "max_len", "t5": "max_distance"})
     config.estimate_gflops = 10.0
     config.estimate_compile_s = 2.5
 

@@ -14,6 +14,7 @@ from ml_collections import config_flags
 
 from posenc_jax.model.transformer import LOGICAL_AXES
 from train import optim, sharding, state, trainer
+from train.runtime import Runtime
 
 pytestmark = pytest.mark.filterwarnings("ignore:the load_module")
 CONFIGS = pathlib.Path(__file__).resolve().parent.parent / "configs"
@@ -152,14 +153,15 @@ def test_schedule_warmup_then_cosine():
 
 def test_setups_are_shared_exactly_when_the_compiled_step_would_be_the_same():
     mesh = sharding.make_mesh({"data": -1})
+    runtime = Runtime()  # the one object that keeps setups (nothing is kept at module level)
     a, b = load("tiny"), load("tiny")
     b.log_every_steps, b.eval.lengths = 7, (64,)  # irrelevant to the compiled step
-    assert state.make_setup(a, mesh) is state.make_setup(b, mesh)
+    assert runtime.setup(a, mesh) is runtime.setup(b, mesh)
     for key, value in (("learning_rate", 0.5), ("num_train_steps", 4), ("weight_decay", 0.0)):
         c = load("tiny")
         c[key] = value
-        assert state.make_setup(c, mesh) is not state.make_setup(a, mesh), key
+        assert runtime.setup(c, mesh) is not runtime.setup(a, mesh), key
     c = load("tiny")
     c.model.encoding = "alibi"
-    assert state.make_setup(c, mesh) is not state.make_setup(a, mesh)
-    assert state.make_setup(a, sharding.make_mesh({"fsdp": -1})) is not state.make_setup(a, mesh)
+    assert runtime.setup(c, mesh) is not runtime.setup(a, mesh)
+    assert runtime.setup(a, sharding.make_mesh({"fsdp": -1})) is not runtime.setup(a, mesh)

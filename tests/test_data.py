@@ -400,13 +400,17 @@ def test_batch_arguments_are_checked():
         data.train_batch(stream, step=0, batch_size=6, seq_len=4, seed=0, process_count=4)
     with pytest.raises(ValueError, match=r"20 tokens, fewer than seq_len\+1=21"):
         data.train_batch(stream, step=0, batch_size=2, seq_len=20, seed=0)
-    with pytest.raises(ValueError, match="step must be an int in"):
+    with pytest.raises(ValueError, match=r"step must be >= 0, got step=-1"):
         data.train_batch(stream, step=-1, batch_size=2, seq_len=4, seed=0)
-    with pytest.raises(ValueError, match=r"num_tokens must be in \[1, 19\].*num_tokens=20"):
+    with pytest.raises(TypeError, match=r"seed must be an int, got seed=0.5 \(float\)"):
+        data.train_batch(stream, step=0, batch_size=2, seq_len=4, seed=0.5)
+    with pytest.raises(ValueError, match=r"num_tokens must be <= 19, got num_tokens=20"):
         next(data.eval_batches(stream, seq_len=4, num_tokens=20, batch_size=2))
-    with pytest.raises(ValueError, match="need 0 <= process_index < process_count"):
+    with pytest.raises(ValueError, match=r"process_index must be <= 1, got process_index=2"):
         data.train_batch(stream, step=0, batch_size=2, seq_len=4, seed=0, process_index=2,
                          process_count=2)
+    with pytest.raises(TypeError, match=r"seq_len must be an int, got seq_len='4' \(str\)"):
+        data.train_batch(stream, step=0, batch_size=2, seq_len="4", seed=0)
 
 
 def test_default_data_dir_follows_the_environment(monkeypatch, tmp_path):

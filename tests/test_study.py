@@ -1,9 +1,9 @@
-"""Tests for the length-extrapolation study (train.study, train.study_plan, train.study_report).
+"""Tests for the length-extrapolation study (train.study: plan, runner, report).
 
 One tiny study (configs/study_tiny.py: RoPE and learned, 3 steps, eval at L and 2L, RoPE+YaRN
 at 2L) runs once per module into a tmp workdir; the other tests read its outputs, rerun it
 with training and evaluation forbidden, or break its config and check that `make_plan`
-raises before anything is trained.
+raises before anything is trained; the plan is a pure function of the config.
 """
 
 import copy
@@ -20,7 +20,10 @@ import pytest
 from ml_collections import config_flags  # noqa: F401  (the CLI's dependency)
 
 from posenc_jax.encodings import rope_scaling
-from train import study, study_plan, study_report, trainer
+from train import evaluation, trainer
+from train.runtime import Runtime
+from train.study import files, plot, runner, scalings, table
+from train.study import plan as study_plan
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -33,6 +36,12 @@ def _load_config(name):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module.get_config()
+
+
+@pytest.fixture(scope="module")
+def runtime():
+    """One Runtime per module: reruns reuse its setups, compiled steps and streams."""
+    return Runtime()
 
 
 @pytest.fixture(scope="module")
@@ -57,16 +66,16 @@ def forbid_work(monkeypatch):
         raise AssertionError("the study evaluated what it should have reused")
 
     monkeypatch.setattr(trainer, "train_and_evaluate", no_training)
-    monkeypatch.setattr(trainer, "evaluate_params", no_eval)
+    monkeypatch.setattr(evaluation, "evaluate_params", no_eval)
 
 
 @pytest.fixture(scope="module")
-def finished(tmp_path_factory, data_dir):
+def finished(tmp_path_factory, data_dir, runtime):
     """(workdir, rows, config) of one tiny study run end to end."""
     config = _load_config("study_tiny")
     config.train.dataset.data_dir = data_dir
     workdir = str(tmp_path_factory.mktemp("study"))
-    rows = study.run(config, workdir, progress=False)
+    rows = runner.run(config, workdir, progress=False, runtime=runtime)
     return workdir, rows, config
 
 
@@ -104,28 +113,28 @@ def test_tiny_study_writes_every_output_well_formed(finished):
     assert matplotlib.image.imread(os.path.join(workdir, "extrapolation.png")).ndim == 3
 
 
-def test_a_rerun_reuses_trainings_and_evaluations(finished, forbid_work):
+def test_a_rerun_reuses_trainings_and_evaluations(finished, forbid_work, runtime):
     workdir, rows, config = finished
     ckpt = pathlib.Path(workdir, "rope", "checkpoints")
     before = {p: p.stat().st_mtime_ns for p in ckpt.rglob("*")}
-    again = study.run(config, workdir, progress=False)
+    again = runner.run(config, workdir, progress=False, runtime=runtime)
     assert [(r["encoding"], r["scaling"], r["eval_len"], str(r["ppl"])) for r in again] == \
         [(r["encoding"], r["scaling"], r["eval_len"], str(r["ppl"])) for r in rows]
     assert {p: p.stat().st_mtime_ns for p in ckpt.rglob("*")} == before
 
 
-def test_a_lost_evaluation_is_redone_alone(finished, monkeypatch):
+def test_a_lost_evaluation_is_redone_alone(finished, monkeypatch, runtime):
     workdir, rows, config = finished
     lost = pathlib.Path(workdir, "evals", "rope+yarn@32.json")
     old = json.loads(lost.read_text())
     lost.unlink()
     calls = []
-    real = trainer.evaluate_params
+    real = evaluation.evaluate_params
     monkeypatch.setattr(trainer, "train_and_evaluate",
                         lambda *a, **k: pytest.fail("retrained a finished model"))
-    monkeypatch.setattr(trainer, "evaluate_params",
+    monkeypatch.setattr(evaluation, "evaluate_params",
                         lambda *a, **k: calls.append(k["seq_len"]) or real(*a, **k))
-    again = study.run(config, workdir, progress=False)
+    again = runner.run(config, workdir, progress=False, runtime=runtime)
     assert calls == [32]
     new = json.loads(lost.read_text())
     assert math.isclose(new["loss"], old["loss"], rel_tol=1e-6)
@@ -137,22 +146,22 @@ def test_a_different_train_config_in_the_same_workdir_is_refused(finished, forbi
     config = copy.deepcopy(config)
     config.train.seed = 1
     with pytest.raises(ValueError, match="different train config"):
-        study.run(config, workdir, progress=False)
+        runner.run(config, workdir, progress=False)
 
 
 # ------------------------------------------------------------- validation before any training
 
 @pytest.mark.parametrize("key, value, message", [
-    ("encodings", "rope,bogus", r"unknown encoding 'bogus'.*valid names are: alibi, learned"),
+    ("encodings", "rope,bogus", r"unknown encoding 'bogus'; valid: 'alibi', 'learned'"),
     ("encodings", "", r"names no encoding"),
     ("encodings", "rope,rope", r"names an entry twice"),
-    ("scalings", "yarn,magic", r"unknown scaling 'magic'.*linear, ntk, dynamic, yarn"),
+    ("scalings", "yarn,magic", r"unknown scaling 'magic'; valid: 'linear', 'ntk', 'dynamic'"),
     ("eval_lengths", "L,0", r"eval length '0' must be a positive"),
     ("eval_lengths", "L,L/3", r"eval length 'L/3' is not a whole number of tokens for L=16"),
     ("eval_lengths", "L,long", r"eval length 'long'.*must be a positive int or a multiple"),
     ("eval_lengths", "L,512", r"\[512\] exceed config.eval_num_tokens=256.*zero full windows"),
     ("max_eval_memory_gb", 1e-6, r"eval length 16 with blockwise attention needs about .* GiB"),
-    ("eval_attention", "sparse", r"eval_attention must be '', 'dense' or 'blockwise'"),
+    ("eval_attention", "sparse", r"unknown config.eval_attention 'sparse'; valid: '', 'dense'"),
     ("eval_num_tokens", 10**9, r"eval_num_tokens=1000000000 must be < the \d+ tokens"),
 ])
 def test_bad_config_raises_before_any_training(tiny, tmp_path, forbid_work, key, value,
@@ -161,14 +170,14 @@ def test_bad_config_raises_before_any_training(tiny, tmp_path, forbid_work, key,
         tiny.eval_lengths = "L"
     tiny[key] = value
     with pytest.raises(ValueError, match=message):
-        study.run(tiny, str(tmp_path), progress=False)
+        runner.run(tiny, str(tmp_path), progress=False)
     assert not any(p.is_dir() for p in tmp_path.iterdir())
 
 
 def test_a_learned_table_shorter_than_L_is_refused(tiny, tmp_path, forbid_work):
     tiny.encoding_kwargs.learned.max_len = 8
     with pytest.raises(ValueError, match=r"'learned' has max_len=8 < the training length L=16"):
-        study.run(tiny, str(tmp_path), progress=False)
+        runner.run(tiny, str(tmp_path), progress=False)
 
 
 def test_cli_rejects_a_bad_encoding_override_without_training(data_dir, tmp_path):
@@ -179,7 +188,7 @@ def test_cli_rejects_a_bad_encoding_override_without_training(data_dir, tmp_path
         cwd=ROOT, capture_output=True, text=True, timeout=120, check=False,
         env={**os.environ, "XLA_FLAGS": ""})
     assert out.returncode != 0
-    assert "unknown encoding 'alibbi'" in out.stderr and "valid names are" in out.stderr
+    assert "unknown encoding 'alibbi'; valid: 'alibi'" in out.stderr
     assert not any(p.is_dir() for p in tmp_path.iterdir())
 
 
@@ -194,8 +203,11 @@ def test_parse_lengths_golden():
 @pytest.mark.parametrize("factor", [2.0, 16.0])
 def test_scaling_rules(factor):
     d, length = 16, 64
-    cfgs = {m: study_plan.scaling_config(m, factor=factor, train_len=length, rotary_dim=d)
-            for m in study_plan.SCALINGS}
+    overrides = _load_config("study").scaling_overrides.to_dict()
+    cfgs = {m: scalings.scaling_config(m, factor=factor, train_len=length, rotary_dim=d,
+                                       overrides=overrides.get(m))
+            for m in scalings.methods()}
+    assert set(cfgs) == set(rope_scaling.METHODS) - {"default"}
     for method, cfg in cfgs.items():
         assert cfg["rope_type"] == method and cfg["factor"] == factor
     for method in ("dynamic", "yarn", "llama3", "longrope"):
@@ -211,7 +223,9 @@ def test_scaling_rules(factor):
     assert float(ntk_af) == 1.0
     assert math.isclose(float(lr_af), math.sqrt(1 + math.log(factor) / math.log(length)),
                         rel_tol=1e-6)
-    over = study_plan.scaling_config("dynamic", factor=factor, train_len=length, rotary_dim=d,
+    for method, cfg in cfgs.items():  # every rule gives a dict the library accepts
+        rope_scaling.validate(cfg, rotary_dim=d)
+    over = scalings.scaling_config("dynamic", factor=factor, train_len=length, rotary_dim=d,
                                      overrides={"factor": 2.0})
     assert over["factor"] == 2.0
 
@@ -225,12 +239,114 @@ def test_default_config_plans_the_full_study(data_dir):
     plan = study_plan.make_plan(plan_cfg, "/nonexistent/study")
     assert plan.encodings == ("sinusoidal", "learned", "rope", "alibi", "t5", "shaw", "nope")
     assert plan.eval_lens == (32, 64, 128, 256, 512, 1024)
-    assert len(plan.eval_items) == 7 * 6 + 6 * 4
-    assert sum(1 for i in plan.eval_items if i.note) == 4  # learned at 128 .. 1024
+    evals = plan.of_kind("eval")
+    assert len(evals) == 7 * 6 + 6 * 4
+    assert sum(1 for i in evals if i.note) == 4  # learned at 128 .. 1024
+    assert {j.encoding for j in evals if j.scaling != "none"} == {"rope"}
     models = {(c.model.to_dict()["num_layers"], c.seed, c.num_train_steps, c.seq_len)
               for c in plan.train_configs.values()}
     assert len(models) == 1  # everything but the encoding is shared
     assert plan.train_configs["learned"].model.encoding_kwargs.max_len == 64
+
+
+_FILE_EVENTS = ("open", "os.mkdir", "os.listdir", "os.scandir", "os.remove", "os.rename",
+                "os.rmdir", "os.chmod", "os.utime", "shutil.", "subprocess.Popen")
+_WATCHING: list[list] = []  # the audit hook below records only while a list is pushed here
+
+
+def _audit(event, args):
+    if _WATCHING and event.startswith(_FILE_EVENTS):
+        _WATCHING[-1].append((event, args[:1]))
+
+
+@pytest.fixture(scope="module")
+def file_events():
+    """A context manager recording every file event (open, mkdir, listdir, ...) inside it."""
+    import contextlib
+
+    sys.addaudithook(_audit)  # cannot be removed; inert while _WATCHING is empty
+
+    @contextlib.contextmanager
+    def watch():
+        _WATCHING.append([])
+        try:
+            yield _WATCHING[-1]
+        finally:
+            _WATCHING.pop()
+
+    return watch
+
+
+def test_the_plan_is_a_pure_function_of_the_config(monkeypatch, tmp_path, file_events):
+    import jax
+
+    from train import data, sharding
+
+    config = _load_config("study")
+    config.train.dataset.data_dir = str(tmp_path / "no_data_here")
+    before = copy.deepcopy(config.to_dict())
+    workdir = tmp_path / "study"
+    study_plan.make_plan(config, str(workdir))  # warm up: first-time imports read .py files
+
+    def forbidden(*args, **kwargs):
+        raise AssertionError("the plan used a device, built a mesh, compiled or read data")
+
+    for module, name in ((jax, "devices"), (jax, "local_devices"), (jax, "device_count"),
+                         (jax, "make_mesh"), (jax, "device_put"), (jax, "jit"),
+                         (sharding, "make_mesh"), (data, "get_source"),
+                         (data, "config_stream"), (data, "corpus_identity")):
+        monkeypatch.setattr(module, name, forbidden)
+    live = len(jax.live_arrays())
+    with file_events() as events:
+        a = study_plan.make_plan(config, str(workdir))
+        b = study_plan.make_plan(copy.deepcopy(config), str(workdir))
+    assert events == []
+    assert len(jax.live_arrays()) == live
+    assert a.jobs == b.jobs and hash(a.jobs) == hash(b.jobs)
+    assert [j.kind for j in a.jobs].count("train") == 7 and len(a.jobs) == 7 + 7 * 6 + 6 * 4
+    assert len({j.name for j in a.jobs}) == len(a.jobs)  # every job has its own result file
+    assert config.to_dict() == before  # the config is not changed
+    assert list(tmp_path.iterdir()) == []  # neither the workdir nor the data dir was made
+    c = copy.deepcopy(config)
+    c.train.seed = 1  # another config: other trainings, other evaluations
+    jobs_c = study_plan.make_plan(c, str(workdir)).jobs
+    assert [j.name for j in jobs_c] == [j.name for j in a.jobs]
+    assert not set(jobs_c) & set(a.jobs)
+
+
+def test_the_plan_reads_what_each_encoding_declares(tiny, tmp_path):
+    """Scaled evaluations go to every encoding that takes a scaling; a bounded encoding's
+    evaluations past its positions are n/a; length kwargs come from the config."""
+    tiny.encodings = "rope,learned,alibi"
+    tiny.length_kwargs.learned = ""
+    tiny.encoding_kwargs.learned.max_len = 24  # between L=16 and 2L=32
+    plan = study_plan.make_plan(tiny, str(tmp_path))
+    evals = plan.of_kind("eval")
+    assert {(j.encoding, j.scaling) for j in evals if j.scaling != "none"} == {("rope", "yarn")}
+    assert [(j.eval_len, bool(j.note)) for j in evals if j.encoding == "learned"] == [
+        (16, False), (32, True)]
+    assert "max_len=24" in next(j.note for j in evals if j.note)
+    assert plan.train_configs["learned"].model.encoding_kwargs.to_dict() == {"max_len": 24}
+    tiny.encoding_kwargs.learned = {}
+    tiny.length_kwargs.learned = "max_len"
+    assert study_plan.make_plan(tiny, str(tmp_path)).train_configs[
+        "learned"].model.encoding_kwargs.to_dict() == {"max_len": 16}
+
+
+def test_the_runtime_owns_every_cache_and_bounds_it(data_dir):
+    import ml_collections
+
+    from train import data
+
+    dataset = ml_collections.ConfigDict({"name": "python_stdlib", "data_dir": data_dir,
+                                         "max_tokens": 4096, "kwargs": {"max_files": 40}})
+    runtime = Runtime(max_streams=1)
+    first = runtime.stream(dataset, "test")
+    assert runtime.stream(dataset, "test") is first  # kept
+    runtime.stream(dataset, "validation")
+    assert runtime.stream(dataset, "test") is not first  # bounded: the oldest was dropped
+    assert data.config_stream(dataset, "test") is not data.config_stream(dataset, "test")
+    np.testing.assert_array_equal(first.tokens, data.config_stream(dataset, "test").tokens)
 
 
 # ------------------------------------------------------------------- report on made-up rows
@@ -248,15 +364,15 @@ def _rows():
 def test_report_table_csv_roundtrip_and_noise(tmp_path):
     rows = _rows()
     path = str(tmp_path / "r.csv")
-    study_report.write_csv(path, rows)
-    back = study_report.read_csv(path)
+    files.write_text(path, table.csv_text(rows))
+    back = table.read_csv(path)
     assert [r["ppl"] for r in back if not math.isnan(r["ppl"])] == [5.0, 4.0, 3.9, 5.0, 4.1]
-    md = study_report.table(back, train_len=16, order=["learned", "alibi"])
+    md = table.table(back, train_len=16, order=["learned", "alibi"])
     assert md.splitlines()[0] == "| model | 8 | 16 (= L) | 32 |"
     assert md.splitlines()[2] == "| `learned` | 5.00 | 4.10 | n/a |"
     other = [dict(r, ppl=r["ppl"] * 1.1) for r in rows]
-    noise = study_report.noise(rows, other)
+    noise = table.noise(rows, other)
     assert "| `alibi` | +10.0% | +10.0% | +10.0% |" in noise
     assert "| `learned` | +10.0% | +10.0% | — |" in noise
-    study_report.plot(str(tmp_path / "p.png"), back, train_len=16)
+    plot.plot(str(tmp_path / "p.png"), back, train_len=16)
     assert (tmp_path / "p.png").read_bytes()[:8] == PNG_MAGIC

@@ -41,10 +41,10 @@ from collections.abc import Iterator, Sequence
 
 import numpy as np
 
+from posenc_jax import checks
 from train.datasets import common, synthetic
 
 BUILTIN_NAMES = ("python_stdlib", "text_dir", *synthetic.TASKS)
-_STREAMS: dict[tuple, TokenStream] = {}
 
 
 def get_source(name: str, split: str, *, data_dir=None, text_key: str = "text",
@@ -137,17 +137,14 @@ class TokenStream:
 
 def token_stream(name: str, split: str, *, data_dir=None, text_key: str = "text",
                  max_tokens: int | None = None, **builder_kwargs) -> TokenStream:
-    """`TokenStream` of `get_source(name, split, ...)`, built once per process and cached.
+    """`TokenStream` of `get_source(name, split, ...)`, read anew on every call (a
+    `train.runtime.Runtime` keeps streams for reuse).
 
     `max_tokens` caps the stream (use it for large TFDS sets; the stdlib corpus is ~12 MB).
     """
-    key = (name, split, None if data_dir is None else os.path.abspath(os.fspath(data_dir)),
-           text_key, max_tokens, repr(sorted(builder_kwargs.items())))
-    if key not in _STREAMS:
-        source = get_source(name, split, data_dir=data_dir, text_key=text_key, **builder_kwargs)
-        _STREAMS[key] = TokenStream.from_documents(source, max_tokens=max_tokens,
-                                                   identity=getattr(source, "identity", {}))
-    return _STREAMS[key]
+    source = get_source(name, split, data_dir=data_dir, text_key=text_key, **builder_kwargs)
+    return TokenStream.from_documents(source, max_tokens=max_tokens,
+                                      identity=getattr(source, "identity", {}))
 
 
 def _mix64(x: np.ndarray) -> np.ndarray:
@@ -161,9 +158,8 @@ def _mix64(x: np.ndarray) -> np.ndarray:
 
 def window_offsets(*, seed: int, step: int, rows: np.ndarray, num_offsets: int) -> np.ndarray:
     """int64 [len(rows)]: a counter-based draw in [0, num_offsets) for each (seed, step, row)."""
-    for label, value in (("seed", seed), ("step", step)):
-        if not isinstance(value, (int, np.integer)) or not 0 <= value < 2**63:
-            raise ValueError(f"{label} must be an int in [0, 2**63), got {label}={value!r}")
+    checks.integer("seed", seed, minimum=0, maximum=2**63 - 1)
+    checks.integer("step", step, minimum=0, maximum=2**63 - 1)
     h = _mix64(np.full(rows.shape, seed, dtype=np.uint64))
     h = _mix64(h ^ np.uint64(step))
     h = _mix64(h ^ rows.astype(np.uint64))
@@ -171,11 +167,9 @@ def window_offsets(*, seed: int, step: int, rows: np.ndarray, num_offsets: int) 
 
 
 def _check_rows(batch_size: int, process_index: int, process_count: int) -> np.ndarray:
-    if not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
-        raise ValueError(f"batch_size must be a positive int, got batch_size={batch_size!r}")
-    if process_count < 1 or not 0 <= process_index < process_count:
-        raise ValueError(f"need 0 <= process_index < process_count, got process_index="
-                         f"{process_index}, process_count={process_count}")
+    checks.positive_int("batch_size", batch_size)
+    checks.positive_int("process_count", process_count)
+    checks.integer("process_index", process_index, minimum=0, maximum=process_count - 1)
     if batch_size % process_count:
         raise ValueError(f"batch_size={batch_size} must be divisible by process_count="
                          f"{process_count} (each process loads batch_size/process_count rows)")
@@ -225,8 +219,7 @@ def train_batch(stream: TokenStream, *, step: int, batch_size: int, seq_len: int
     (seed, s, r): no state, no epochs (windows are drawn with replacement), the same on every
     process and run; which other steps or rows were drawn never matters.
     """
-    if not isinstance(seq_len, (int, np.integer)) or seq_len < 1:
-        raise ValueError(f"seq_len must be a positive int, got seq_len={seq_len!r}")
+    checks.positive_int("seq_len", seq_len)
     if len(stream) < seq_len + 1:
         raise ValueError(f"the stream has {len(stream)} tokens, fewer than seq_len+1="
                          f"{seq_len + 1} needed for one window")
@@ -247,11 +240,8 @@ def eval_batches(stream: TokenStream, *, seq_len: int, num_tokens: int, batch_si
     batch is [B_local, L] and sum(weights) is independent of L and batch_size. Each window
     starts with no context (standard non-overlapping evaluation).
     """
-    if not isinstance(seq_len, (int, np.integer)) or seq_len < 1:
-        raise ValueError(f"seq_len must be a positive int, got seq_len={seq_len!r}")
-    if not isinstance(num_tokens, (int, np.integer)) or not 1 <= num_tokens < len(stream):
-        raise ValueError(f"num_tokens must be in [1, {len(stream) - 1}] (the stream has "
-                         f"{len(stream)} tokens), got num_tokens={num_tokens!r}")
+    checks.positive_int("seq_len", seq_len)
+    checks.integer("num_tokens", num_tokens, minimum=1, maximum=len(stream) - 1)
     rows = _check_rows(batch_size, process_index, process_count)
     num_windows = math.ceil(num_tokens / seq_len)
     for first in range(0, num_windows, batch_size):
@@ -277,8 +267,7 @@ def grain_dataset(source: Sequence[np.ndarray], *, seq_len: int, batch_size: int
     import grain
 
     _check_rows(batch_size, process_index, process_count)
-    if not isinstance(seq_len, (int, np.integer)) or seq_len < 1:
-        raise ValueError(f"seq_len must be a positive int, got seq_len={seq_len!r}")
+    checks.positive_int("seq_len", seq_len)
 
     def crop(doc: np.ndarray, rng: np.random.Generator) -> dict[str, np.ndarray]:
         doc = np.asarray(doc)

@@ -16,6 +16,7 @@ import os
 from typing import Any
 
 import jax
+import ml_collections
 import numpy as np
 from flax import nnx
 
@@ -24,13 +25,17 @@ from train import checkpoint as ckpt_lib
 from train import data, sharding
 from train import state as state_lib
 from train import step as step_lib
+from train.runtime import Runtime
 
 
 def evaluate_params(graphdef, params, stream, *, seq_len: int, num_tokens: int,
-                    batch_size: int, mesh, rules, packed: bool = False) -> dict[str, float]:
+                    batch_size: int, mesh, rules, packed: bool = False,
+                    runtime: Runtime | None = None) -> dict[str, float]:
     """Loss/perplexity of `params` over the first `num_tokens` targets of `stream`, scored in
-    non-overlapping windows of `seq_len` (see `data.eval_batches`)."""
-    step = step_lib.make_eval_step(graphdef, mesh, tuple(rules), packed=packed)
+    non-overlapping windows of `seq_len` (see `data.eval_batches`). The eval step comes from
+    `runtime` (compiled once there) or is built for this call."""
+    step = (runtime.eval_step(graphdef, mesh, tuple(rules), packed=packed) if runtime
+            else step_lib.make_eval_step(graphdef, mesh, tuple(rules), packed=packed))
     row_index, row_count = sharding.local_rows(mesh, batch_size)
     sums = []
     for local in data.eval_batches(stream, seq_len=seq_len, num_tokens=num_tokens,
@@ -84,11 +89,11 @@ def load_model(workdir: str, *, step: int | None = None, model_overrides=None, m
 
 
 def load_params(workdir: str, *, step: int | None = None, model_overrides=None, mesh=None,
-                devices=None, config=None) -> tuple[Any, Any, Any]:
+                devices=None, config=None, runtime: Runtime | None = None
+                ) -> tuple[Any, Any, Any]:
     """`(setup, params, config)` from the checkpoint in `workdir`: `load_model` without
-    building the module (what an evaluation that swaps encodings on the same weights needs)."""
-    import ml_collections
-
+    building the module (what an evaluation that swaps encodings on the same weights needs).
+    The setup comes from `runtime` when given."""
     directory = os.path.join(os.path.abspath(workdir), ckpt_lib.CHECKPOINT_DIR)
     ckpt = ckpt_lib.Checkpointer(directory, async_save=False)
     try:
@@ -99,7 +104,8 @@ def load_params(workdir: str, *, step: int | None = None, model_overrides=None, 
             meta = ckpt.restore_meta(step or steps[-1])
             config = ml_collections.ConfigDict(meta["config"])
         mesh = mesh or sharding.make_mesh(config.mesh, devices=devices)
-        setup = state_lib.make_setup(config, mesh, model_overrides=model_overrides)
+        setup = (runtime.setup(config, mesh, model_overrides=model_overrides) if runtime
+                 else state_lib.make_setup(config, mesh, model_overrides=model_overrides))
         if step is None:
             restored = ckpt.restore_latest(setup.abstract)
             if restored is None:

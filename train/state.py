@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import jax
@@ -28,6 +28,7 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from posenc_jax.model.config import TransformerConfig, freeze
+from posenc_jax.model.transformer import Transformer
 from train import optim, sharding
 
 
@@ -46,8 +47,6 @@ def transformer_config(model: Mapping[str, Any], **overrides: Any) -> Transforme
 def build_model(model_config: TransformerConfig, *, seed: Any) -> nnx.Module:
     """The Flax NNX transformer with parameters from `seed` (an int or a PRNG key; call under
     `mesh_context` to create the parameters sharded)."""
-    from posenc_jax.model.transformer import Transformer
-
     return Transformer(model_config, rngs=nnx.Rngs(params=seed))
 
 
@@ -66,9 +65,10 @@ def mesh_context(mesh: Mesh, rules: tuple):
         yield
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(frozen=True, eq=False)
 class TrainSetup:
-    """Everything about a run that does not change from step to step."""
+    """Everything about a run that does not change from step to step (hashable by identity,
+    so a `train.runtime.Runtime` can key the functions it compiles for it)."""
 
     model_config: TransformerConfig
     mesh: Mesh
@@ -78,7 +78,6 @@ class TrainSetup:
     schedule: optax.Schedule
     abstract: dict[str, Any]    # the state as ShapeDtypeStructs with shardings
     shardings: dict[str, Any]   # the state's NamedShardings
-    cache: dict[Any, Any] = dataclasses.field(default_factory=dict)  # jitted functions
 
     def context(self):
         return mesh_context(self.mesh, self.rules)
@@ -111,29 +110,12 @@ def _opt_shardings(tx, abstract_params, param_sh, mesh):
         is_leaf=lambda x: isinstance(x, NamedSharding))
 
 
-_SETUPS: dict[Any, TrainSetup] = {}
-_MAX_SETUPS = 32
-
-
 def make_setup(config: Any, mesh: Mesh, *, model_overrides: Mapping[str, Any] | None = None,
                ) -> TrainSetup:
     """Model, optimizer and state shardings for `config` on `mesh` (nothing allocated).
 
-    Memoised on what it depends on (the model, optimizer keys, rules, mesh, overrides), so a
-    second run of the same experiment in one process (a resume, an evaluation) reuses the
-    compiled functions kept in `cache`.
+    Builds a new setup on every call; `train.runtime.Runtime.setup` keeps them for reuse.
     """
-    key = (freeze({k: config.get(k) for k in optim.OPTIMIZER_KEYS}), freeze(config.model),
-           freeze(config.logical_axis_rules), mesh, freeze(model_overrides or {}))
-    if key not in _SETUPS:
-        if len(_SETUPS) >= _MAX_SETUPS:
-            _SETUPS.pop(next(iter(_SETUPS)))
-        _SETUPS[key] = _make_setup(config, mesh, model_overrides=model_overrides)
-    return _SETUPS[key]
-
-
-def _make_setup(config: Any, mesh: Mesh, *, model_overrides: Mapping[str, Any] | None
-                ) -> TrainSetup:
     rules = sharding.normalize_rules(config.logical_axis_rules)
     model_config = transformer_config(config.model, **dict(model_overrides or {}))
     tx, schedule = optim.make_optimizer(config)
@@ -153,20 +135,35 @@ def _make_setup(config: Any, mesh: Mesh, *, model_overrides: Mapping[str, Any] |
                       tx=tx, schedule=schedule, abstract=abstract, shardings=shardings)
 
 
-def init_state(setup: TrainSetup, *, seed: int) -> dict[str, Any]:
-    """A fresh train state, created directly in its shardings (never whole on one device)."""
+def setup_key(config: Any, mesh: Mesh, model_overrides: Mapping[str, Any] | None = None
+              ) -> tuple:
+    """What `make_setup` depends on (the model, optimizer keys, rules, mesh, overrides), as a
+    hashable key: two configs with the same key get the same setup."""
+    return (freeze({k: config.get(k) for k in optim.OPTIMIZER_KEYS}), freeze(config.model),
+            freeze(config.logical_axis_rules), mesh, freeze(model_overrides or {}))
 
-    if "init" not in setup.cache:
-        def init(key):
-            model = build_model(setup.model_config, seed=key)
-            params = nnx.to_pure_dict(nnx.state(model, nnx.Param))
-            return {"params": params, "opt_state": setup.tx.init(params),
-                    "step": jnp.zeros((), jnp.int32)}
 
-        setup.cache["init"] = jax.jit(init, out_shardings=setup.shardings,
-                                      compiler_options=cpu_fast_compile(setup.mesh))
+def make_init(setup: TrainSetup) -> Callable[[jax.Array], dict[str, Any]]:
+    """`init(key) -> state`, jitted to create the state directly in its shardings."""
+
+    def init(key):
+        model = build_model(setup.model_config, seed=key)
+        params = nnx.to_pure_dict(nnx.state(model, nnx.Param))
+        return {"params": params, "opt_state": setup.tx.init(params),
+                "step": jnp.zeros((), jnp.int32)}
+
+    return jax.jit(init, out_shardings=setup.shardings,
+                   compiler_options=cpu_fast_compile(setup.mesh))
+
+
+def init_state(setup: TrainSetup, *, seed: int, init: Callable | None = None
+               ) -> dict[str, Any]:
+    """A fresh train state, created directly in its shardings (never whole on one device).
+
+    `init` is `make_init(setup)` (built here when not given)."""
+    init = init or make_init(setup)
     with setup.context():
-        return setup.cache["init"](jax.random.key(seed))
+        return init(jax.random.key(seed))
 
 
 def merge_model(setup_or_graphdef: Any, params: Any) -> nnx.Module:

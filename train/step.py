@@ -13,7 +13,6 @@ used only when `packed`), weights (float32).
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -24,7 +23,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from train import sharding
-from train.state import TrainSetup, merge_model
+from train.state import TrainSetup, merge_model, mesh_context
 
 BATCH_KEYS = ("inputs", "targets", "positions", "segment_ids", "weights")
 
@@ -80,14 +79,8 @@ def make_train_step(setup: TrainSetup, *, packed: bool = False, accum_steps: int
     """`step(state, batch) -> (state, metrics)`, jitted with the state's shardings, the state
     donated, the batch split over (data, fsdp). Metrics (float32 scalars, replicated): loss,
     grad_norm, learning_rate (of this update), weight (the number of scored targets).
-    Cached on the setup: the same experiment compiles once per process."""
-    key = ("train_step", packed, accum_steps)
-    if key not in setup.cache:
-        setup.cache[key] = _make_train_step(setup, packed=packed, accum_steps=accum_steps)
-    return setup.cache[key]
-
-
-def _make_train_step(setup: TrainSetup, *, packed: bool, accum_steps: int):
+    A new function on every call (compiled on first use); `train.runtime.Runtime.train_step`
+    keeps them for reuse."""
 
     def train_step(state, batch):
         params = state["params"]
@@ -114,12 +107,11 @@ def _make_train_step(setup: TrainSetup, *, packed: bool, accum_steps: int):
     return step
 
 
-@functools.lru_cache(maxsize=64)
 def make_eval_step(graphdef: Any, mesh, rules, *, packed: bool = False
                    ) -> Callable[[Any, dict], tuple]:
     """`eval_step(params, batch) -> (loss_sum, weight_sum)`, float32, replicated. Params stay
-    where they are; the batch is split over (data, fsdp). Cached per (graphdef, mesh, rules)."""
-    from train.state import mesh_context
+    where they are; the batch is split over (data, fsdp). A new function on every call;
+    `train.runtime.Runtime.eval_step` keeps them for reuse."""
 
     def eval_step(params, batch):
         return loss_sums(graphdef, params, batch, packed=packed)

@@ -28,6 +28,7 @@ from typing import ClassVar
 
 import tensorflow_datasets as tfds
 
+from posenc_jax import checks
 from train.datasets import common
 
 
@@ -181,8 +182,8 @@ class TextDir(_FileCorpus):
 
 
 def _check_max_files(max_files):
-    if max_files is not None and (not isinstance(max_files, int) or max_files < 1):
-        raise ValueError(f"max_files must be a positive int or None, got max_files={max_files!r}")
+    if max_files is not None:
+        checks.positive_int("max_files", max_files)
 
 
 def stdlib_builder(data_dir=None, *, max_files: int | None = None) -> PythonStdlib:

@@ -23,6 +23,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from posenc_jax import checks
 from train.datasets import passkey
 
 TASKS = ("copy", "passkey", "assoc_recall")
@@ -64,16 +65,15 @@ class SyntheticTask(Sequence):
 
     def __init__(self, task: str, split: str, *, seed: int = 0, num_examples: int = 10_000,
                  min_len: int = 64, max_len: int = 512):
-        if task not in _MAKERS:
-            raise ValueError(f"unknown synthetic task {task!r}; choose one of {TASKS}")
+        checks.one_of("synthetic task", task, TASKS)
         if split not in _SPLIT_IDS:
             raise ValueError(f"synthetic task {task!r} has splits {tuple(_SPLIT_IDS)} (no "
                              f"slicing), got split={split!r}")
-        if not isinstance(seed, (int, np.integer)) or seed < 0:
-            raise ValueError(f"seed must be a non-negative int, got seed={seed!r}")
-        if not isinstance(num_examples, (int, np.integer)) or num_examples < 1:
-            raise ValueError(f"num_examples must be a positive int, got {num_examples!r}")
-        if not 1 <= min_len <= max_len:
+        checks.integer("seed", seed, minimum=0)
+        checks.positive_int("num_examples", num_examples)
+        checks.positive_int("min_len", min_len)
+        checks.positive_int("max_len", max_len)
+        if min_len > max_len:
             raise ValueError(f"need 1 <= min_len <= max_len, got min_len={min_len}, "
                              f"max_len={max_len}")
         self.task, self.split, self.seed = task, split, int(seed)
