@@ -9,8 +9,8 @@ Keys:
   encodings          comma-separated registry names (`--config.encodings=rope,alibi`)
   scalings           RoPE scaling methods evaluated past L: linear, ntk, dynamic, yarn,
                      llama3, longrope ('' for none); factor = eval_len / L
-  scaling_overrides  <method>: keys added to or replacing the rule in
-                     `train.study.scalings.scaling_config` (llama3's band edges are here)
+  scaling_overrides  <method>: keys replacing the method's stretch rule (its record in
+                     `posenc_jax.encodings.rope_scaling`; `train.study.scalings`)
   eval_lengths       comma-separated ints or multiples of L ('L/2', 'L', '4L')
   eval_num_tokens    targets scored at every length (the same tokens for all)
   eval_split         the held-out split evaluated
@@ -35,8 +35,7 @@ def get_config():
     config = ml_collections.ConfigDict()
     config.encodings = "sinusoidal,learned,rope,alibi,t5,shaw,nope"
     config.scalings = "linear,ntk,dynamic,yarn,llama3,longrope"
-    config.scaling_overrides = ml_collections.ConfigDict(
-        {"llama3": {"low_freq_factor": 1.0, "high_freq_factor": 4.0}})  # as Llama 3.1
+    config.scaling_overrides = ml_collections.ConfigDict()
     config.eval_lengths = "L/2,L,2L,4L,8L,16L"
     config.eval_num_tokens = 32768
     config.eval_split = "test"

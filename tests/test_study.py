@@ -203,11 +203,9 @@ def test_parse_lengths_golden():
 @pytest.mark.parametrize("factor", [2.0, 16.0])
 def test_scaling_rules(factor):
     d, length = 16, 64
-    overrides = _load_config("study").scaling_overrides.to_dict()
-    cfgs = {m: scalings.scaling_config(m, factor=factor, train_len=length, rotary_dim=d,
-                                       overrides=overrides.get(m))
+    cfgs = {m: scalings.scaling_config(m, factor=factor, train_len=length, rotary_dim=d)
             for m in scalings.methods()}
-    assert set(cfgs) == set(rope_scaling.METHODS) - {"default"}
+    assert set(cfgs) == set(rope_scaling.methods()) - {"default"}
     for method, cfg in cfgs.items():
         assert cfg["rope_type"] == method and cfg["factor"] == factor
     for method in ("dynamic", "yarn", "llama3", "longrope"):
