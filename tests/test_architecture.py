@@ -280,12 +280,7 @@ def test_lower_floors_never_import_upper_ones():
     assert floor_violations(ROOT) == []
 
 
-# TEMPORARY (remove by 12:40 UTC): the arch-train helper of issue 10 is rewriting train/ to
-# pass these; until it lands on main they are expected failures that list the offenders.
-_TRAIN_PENDING = pytest.mark.xfail(
-    reason="issue 10, arch-train: train/ still has imports in functions and encoding names; "
-           "remove this mark when that work lands", strict=False)
-FLOORS = ["posenc_jax", pytest.param("train", marks=_TRAIN_PENDING)]
+FLOORS = ["posenc_jax", "train"]
 
 
 @pytest.mark.parametrize("package", FLOORS)
@@ -294,8 +289,7 @@ def test_no_project_import_inside_a_function(package):
     assert not found, "project imports inside functions:\n  " + "\n  ".join(found)
 
 
-@pytest.mark.parametrize("folder", ["posenc_jax/model", pytest.param("train",
-                                                                     marks=_TRAIN_PENDING)])
+@pytest.mark.parametrize("folder", ["posenc_jax/model", "train"])
 def test_no_encoding_name_in_the_model_floor_or_the_training_code(folder):
     import posenc_jax
     offenders = encoding_names_in(ROOT, posenc_jax.names(), folders=(folder,))

@@ -5,8 +5,11 @@ recipes), and calls `train.trainer.train_and_evaluate`. Exit status 0 also after
 (the run saved a checkpoint and can be resumed by rerunning the same command).
 """
 
+import jax
 from absl import app, flags, logging
 from ml_collections import config_flags
+
+from train import sharding, trainer
 
 FLAGS = flags.FLAGS
 config_flags.DEFINE_config_file("config", None, "Experiment config file (get_config()).",
@@ -25,16 +28,9 @@ def main(argv):
         raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
     if not FLAGS["verbosity"].present:  # orbax logs every save at INFO
         logging.set_verbosity(logging.WARNING)
-    from train import sharding
-
     sharding.initialize_distributed(
         coordinator_address=FLAGS.coordinator_address, num_processes=FLAGS.num_processes,
         process_id=FLAGS.process_id, force=FLAGS.distributed)
-
-    import jax
-
-    from train import trainer
-
     logging.info("JAX process %d/%d, %d local / %d global devices", jax.process_index(),
                  jax.process_count(), jax.local_device_count(), jax.device_count())
     result = trainer.train_and_evaluate(FLAGS.config, FLAGS.workdir)

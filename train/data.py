@@ -42,7 +42,7 @@ from collections.abc import Iterator, Sequence
 import numpy as np
 
 from posenc_jax import checks
-from train.datasets import common, synthetic
+from train.datasets import common, file_corpus, synthetic, tfds_text
 
 BUILTIN_NAMES = ("python_stdlib", "text_dir", *synthetic.TASKS)
 
@@ -54,8 +54,6 @@ def get_source(name: str, split: str, *, data_dir=None, text_key: str = "text",
     The returned sequence has `len()` and random access and an `identity` dict (what it is,
     for reports). File corpora accept TFDS split slicing ("train[:10%]").
     """
-    from train.datasets import file_corpus, tfds_text  # tensorflow_datasets: import lazily
-
     if not isinstance(name, str) or not name:
         raise ValueError(f"dataset name must be a non-empty string, got {name!r}")
     if name in synthetic.TASKS:

@@ -15,6 +15,7 @@ directory or another interpreter is prepared afresh instead of silently reusing 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -42,7 +43,16 @@ class _QuietCustomConfig(logging.Filter):
                         and ("/python_stdlib/" in message or "/text_dir/" in message)))
 
 
-logging.getLogger("absl").addFilter(_QuietCustomConfig())
+@contextlib.contextmanager
+def _quiet_custom_configs():
+    """`_QuietCustomConfig` on absl's logger while TFDS builds our builders (only then: importing
+    this module changes no logger)."""
+    logger, quiet = logging.getLogger("absl"), _QuietCustomConfig()
+    logger.addFilter(quiet)
+    try:
+        yield
+    finally:
+        logger.removeFilter(quiet)
 
 _STDLIB_EXCLUDED_DIRS = frozenset(
     {"site-packages", "dist-packages", "test", "tests", "idle_test", "__pycache__"})
@@ -219,4 +229,5 @@ def text_dir_builder(path=None, data_dir=None, *, pattern: str = "**/*.txt",
 
 def prepared(builder_fn, *args, **kwargs):
     """`builder_fn(*args, **kwargs)` prepared once (lazily, under a file lock), ready to read."""
-    return common.prepare_once(lambda: builder_fn(*args, **kwargs))
+    with _quiet_custom_configs():
+        return common.prepare_once(lambda: builder_fn(*args, **kwargs))
