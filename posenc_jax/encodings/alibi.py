@@ -26,7 +26,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from posenc_jax.checks import integer, pair
-from posenc_jax.encodings.base import Encoding, check_model_dim, register
+from posenc_jax.encodings.base import Encoding, bias_from_elementwise, check_model_dim, register
+from posenc_jax.encodings.lookup import take_head
 
 __all__ = ["bias", "check_num_heads", "slopes"]
 
@@ -101,7 +102,18 @@ class ALiBi(Encoding):
         slopes(self.num_heads)  # validates
 
     def bias(self, params, q_positions, k_positions, *, q=None):
-        return bias(slopes(self.num_heads), q_positions, k_positions)
+        return bias_from_elementwise(self, params, q_positions, k_positions,
+                                     num_heads=self.num_heads)
+
+    def elementwise_bias(self, params, q_positions, k_positions, head):
+        """-slope_head * |q - k| from the block's positions (slopes as exact constants)."""
+        slope = take_head(tuple(_slopes(self.num_heads)), head)
+        q, k = jnp.asarray(q_positions), jnp.asarray(k_positions)
+        if jnp.issubdtype(q.dtype, jnp.integer) and jnp.issubdtype(k.dtype, jnp.integer):
+            dist = jnp.abs(k - q).astype(jnp.float32)
+        else:
+            dist = jnp.abs(k.astype(jnp.float32) - q.astype(jnp.float32))
+        return 0.0 - slope * dist
 
     def check_model(self, *, embed_dim, num_heads, head_dim):
         check_model_dim(self.name, "num_heads", self.num_heads, num_heads)

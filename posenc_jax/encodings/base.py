@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Mapping
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -151,6 +151,11 @@ class Encoding:
         return type(self).elementwise_bias is not Encoding.elementwise_bias
 
     @property
+    def has_kernel_rotation(self) -> bool:
+        """True when an attention kernel can apply the rotation itself (`kernel_rotation`)."""
+        return type(self).kernel_rotation is not Encoding.kernel_rotation
+
+    @property
     def max_positions(self) -> int | None:
         """The number of positions the scheme can encode (None: unbounded)."""
         return None
@@ -202,6 +207,20 @@ class Encoding:
         del params, q_positions, k_positions, head
         return None
 
+    def kernel_rotation(self, params: Params, *, seq_len: Array | int | None = None
+                        ) -> KernelRotation | None:
+        """What an attention kernel needs to apply `rotate` itself from positions, or None.
+
+        Optional capability of a rotary scheme: the kernel rotates the first `2 R` features of
+        q and k at their positions by the angles `position * inv_freq` (cos and sin in
+        float32, times `attention_factor`), pairing features as `layout` says ("half":
+        (i, i + R); "interleaved": (2i, 2i + 1)); the rest pass through. `seq_len` is the
+        length a length-dependent scheme reads (as in `rotate`). Default: None (the kernel
+        then receives q and k already rotated by `rotate`).
+        """
+        del params, seq_len
+        return None
+
     def regime(self, k_positions: Array) -> Array:
         """An int32 id that changes exactly when the rotation's frequencies change."""
         del k_positions
@@ -210,6 +229,18 @@ class Encoding:
     def check_model(self, *, embed_dim: int, num_heads: int, head_dim: int) -> None:
         """Raises ValueError when the scheme cannot serve a model of these dimensions."""
         del embed_dim, num_heads, head_dim
+
+
+class KernelRotation(NamedTuple):
+    """A rotation a kernel applies in-kernel: see `Encoding.kernel_rotation`.
+
+    inv_freq: float32 [R]; attention_factor: float or float32 scalar (multiplies cos and
+    sin); layout: "half" or "interleaved".
+    """
+
+    inv_freq: Array
+    attention_factor: Any
+    layout: str
 
 
 def bias_from_elementwise(encoding: Encoding, params: Params, q_positions: Array,

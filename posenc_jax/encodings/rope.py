@@ -46,7 +46,7 @@ from jax import lax
 from posenc_jax._frozen import freeze, thaw
 from posenc_jax.checks import finite_float, integer, integer_array, one_of, positive_int
 from posenc_jax.encodings import rope_scaling
-from posenc_jax.encodings.base import Encoding, check_model_dim, register
+from posenc_jax.encodings.base import Encoding, KernelRotation, check_model_dim, register
 from posenc_jax.encodings.frequencies import inv_freq
 
 __all__ = ["LAYOUTS", "apply", "apply_cos_sin", "cos_sin", "inv_freq"]
@@ -275,6 +275,11 @@ class RoPE(Encoding):
         q = apply_cos_sin(q, q_cos, q_sin, layout=self.layout)
         k = apply_cos_sin(k, k_cos, k_sin, layout=self.layout)
         return q, k
+
+    def kernel_rotation(self, params, *, seq_len=None):
+        """inv_freq [R], attention factor and layout, for a kernel that rotates in-kernel."""
+        inv_freq, factor = self.frequencies(seq_len if self.is_length_dependent else None)
+        return KernelRotation(inv_freq=inv_freq, attention_factor=factor, layout=self.layout)
 
     def check_model(self, *, embed_dim, num_heads, head_dim):
         check_model_dim(self.name, "head_dim", self.head_dim, head_dim)

@@ -10,9 +10,10 @@ from typing import ClassVar
 
 import jax.numpy as jnp
 
-from posenc_jax.checks import integer
-from posenc_jax.encodings.base import Encoding, check_model_dim, register
-from posenc_jax.encodings.relative import t5_bias, t5_bucket, t5_init
+from posenc_jax.checks import integer, integer_array
+from posenc_jax.encodings.base import Encoding, bias_from_elementwise, check_model_dim, register
+from posenc_jax.encodings.lookup import take_row_head
+from posenc_jax.encodings.relative import t5_bucket, t5_init
 
 
 @register("t5")
@@ -37,9 +38,21 @@ class T5Bias(Encoding):
                                           num_heads=self.num_heads)}
 
     def bias(self, params, q_positions, k_positions, *, q=None):
-        return t5_bias(params["table"], q_positions, k_positions,
-                                bidirectional=self.bidirectional, num_buckets=self.num_buckets,
-                                max_distance=self.max_distance)
+        table = jnp.asarray(params["table"])
+        if table.ndim != 2 or table.shape != (self.num_buckets, self.num_heads):
+            raise ValueError(f"T5 table must be [num_buckets={self.num_buckets}, "
+                             f"H={self.num_heads}], got shape {table.shape}")
+        integer_array("q_positions", q_positions)
+        integer_array("k_positions", k_positions)
+        return bias_from_elementwise(self, params, q_positions, k_positions,
+                                     num_heads=self.num_heads).astype(table.dtype)
+
+    def elementwise_bias(self, params, q_positions, k_positions, head):
+        """table[bucket(k - q), head]: the bucket computed from the block's positions."""
+        rel = (jnp.asarray(k_positions, jnp.int32) - jnp.asarray(q_positions, jnp.int32))
+        bucket = t5_bucket(rel, bidirectional=self.bidirectional,
+                           num_buckets=self.num_buckets, max_distance=self.max_distance)
+        return take_row_head(params["table"], bucket, head)
 
     def check_model(self, *, embed_dim, num_heads, head_dim):
         check_model_dim(self.name, "num_heads", self.num_heads, num_heads)

@@ -1,0 +1,115 @@
+"""`flash_attention`: the Pallas kernel behind `attend(..., implementation="pallas")`.
+
+Same contract as `posenc_jax.model.attention.attend` (masks from explicit positions, segment
+ids and a key mask; rows that see no key give zeros), with positions entering only inside
+the kernel, from each block's own positions:
+
+* the bias from `encoding.elementwise_bias` (ALiBi slopes, T5 buckets and table, any scheme
+  that declares one) -- never an [L, L] tensor, forward or backward; params gradients are
+  accumulated per (batch, head, query block) in the kernel and summed here;
+* the rotation from `encoding.kernel_rotation` when given (RoPE): q and k arrive RAW and are
+  rotated in the kernel (cos/sin in float32); their gradients are rotated back there.
+
+Schemes whose bias is not elementwise (Shaw, FIRE, CoPE: content- or context-dependent) are
+refused with a ValueError naming the alternatives.
+
+Shapes: B batch, Lq / Lk lengths, H query heads, K kv heads (K divides H), D head dim.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from posenc_jax.encodings.base import Encoding, KernelRotation
+from posenc_jax.model.kernels.common import Static
+from posenc_jax.model.kernels.vjp import _core, padded_length
+
+__all__ = ["check_supported", "flash_attention"]
+
+
+def check_supported(encoding: Encoding) -> None:
+    """ValueError unless the kernel can compute this encoding's bias in-kernel."""
+    if encoding.has_bias and not encoding.has_elementwise_bias:
+        raise ValueError(
+            f"encoding {encoding.name!r} has a score bias that is not an elementwise function "
+            "of (query position, key position, head), so the Pallas kernel cannot compute it "
+            "in-kernel; use attention='blockwise' or 'dense'")
+
+
+def _pad(x, axis: int, size: int, value=0):
+    if x.shape[axis] == size:
+        return x
+    widths = [(0, 0)] * x.ndim
+    widths[axis] = (0, size - x.shape[axis])
+    return jnp.pad(x, widths, constant_values=value)
+
+
+def _feature_order(d: int, r: int, layout: str) -> np.ndarray | None:
+    """Static permutation taking an interleaved layout to the half layout (None: identity)."""
+    if not r or layout == "half":
+        return None
+    return np.concatenate([np.arange(0, 2 * r, 2), np.arange(1, 2 * r, 2),
+                           np.arange(2 * r, d)])
+
+
+def flash_attention(q, k, v, *, encoding: Encoding, params: Any, q_positions, k_positions,
+                    causal: bool, q_segment_ids=None, k_segment_ids=None, k_mask=None,
+                    rotation: KernelRotation | None = None, block_q: int = 32,
+                    block_k: int = 32, cpu_kernel: str = "gpu") -> jax.Array:
+    """Flash attention with the encoding's positions applied in-kernel.
+
+    Args:
+      q: [B, Lq, H, D]; k, v: [B, Lk, K, D] (raw when `rotation` is given, else as the
+        caller's rotate hook left them).
+      q_positions, q_segment_ids: int [B|1, Lq]; k_positions, k_segment_ids, k_mask:
+        [B|1, Lk] (validated by `attend`); segment ids both or neither.
+      rotation: the encoding's `kernel_rotation` (None: no in-kernel rotation).
+      block_q, block_k: blocks of CPU interpret mode (powers of two; GPU and TPU use
+        their own, see `vjp.GPU_BLOCKS` / `TPU_BLOCKS`).
+      cpu_kernel: "gpu" or "tpu": which kernel structure interpret mode runs on CPU.
+
+    Returns:
+      [B, Lq, H, D] in q.dtype.
+    """
+    check_supported(encoding)
+    b, lq, h, d = q.shape
+    lk, kh = k.shape[1], k.shape[2]
+    r = 0 if rotation is None else int(jnp.shape(rotation.inv_freq)[0])
+    order = _feature_order(d, r, None if rotation is None else rotation.layout)
+    if order is not None:
+        q, k = q[..., order], k[..., order]
+    lqp, _ = padded_length(lq)
+    lkp, _ = padded_length(lk)
+    qt = _pad(jnp.transpose(q, (0, 2, 1, 3)), 2, lqp)                      # [B, H, Lq, D]
+    kt = _pad(jnp.transpose(k, (0, 2, 1, 3)), 2, lkp)
+    vt = _pad(jnp.transpose(v, (0, 2, 1, 3)), 2, lkp)
+
+    def rows(x, n, pad):                                                   # -> [B, n, 1]
+        return _pad(jnp.broadcast_to(jnp.asarray(x, jnp.int32), (b, x.shape[1])), 1, n,
+                    pad)[:, :, None]
+
+    valid = jnp.ones((1, lk), bool) if k_mask is None else k_mask.astype(bool)
+    aux = {"qpos": rows(q_positions, lqp, 0),
+           "kpos": jnp.swapaxes(rows(k_positions, lkp, 0), 1, 2),
+           "kvalid": jnp.swapaxes(rows(valid.astype(jnp.int32), lkp, 0), 1, 2)}
+    segments = q_segment_ids is not None
+    if segments:
+        aux["qseg"] = rows(q_segment_ids, lqp, 0)
+        aux["kseg"] = jnp.swapaxes(rows(k_segment_ids, lkp, 0), 1, 2)
+    if r:
+        inv = jnp.asarray(rotation.inv_freq, jnp.float32)
+        factor = jnp.asarray(rotation.attention_factor, jnp.float32)
+        aux["rot"] = jnp.stack([inv, jnp.broadcast_to(factor, inv.shape)])   # [2, R]
+    leaves, tree = jax.tree.flatten(params if encoding.has_elementwise_bias else {})
+    st = Static(causal=bool(causal), segments=segments, scale=1.0 / math.sqrt(d),
+                num_heads=h, groups=h // kh, head_dim=d, rotary=r,
+                encoding=encoding if encoding.has_elementwise_bias else None,
+                param_tree=tree, block_q=min(block_q, padded_length(lq)[1]),
+                block_k=min(block_k, padded_length(lk)[1]), cpu_kernel=cpu_kernel)
+    out = _core(st, qt, kt, vt, aux, [jnp.asarray(x) for x in leaves])
+    return jnp.transpose(out[:, :, :lq], (0, 2, 1, 3))           # v's features: no undo

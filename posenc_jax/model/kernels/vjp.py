@@ -1,0 +1,123 @@
+"""`flash_attention`: layout, padding, block visibility, the custom VJP and the platform choice.
+
+The kernels work on [B, H, L, D] with L padded to whole blocks; this module does the layout
+change, pads (padded keys are invalid, padded query rows dropped), computes which (query
+block, key block) pairs are visible at all (`visibility`, [B, nq, nk] from the positions:
+causal, segments, key validity -- a conservative test, so skipping never changes a result),
+and wires a `jax.custom_vjp` whose forward saves only (out, lse): the backward recomputes the
+scores block by block in two kernels (dq, and dk/dv), so no [L, L] tensor exists anywhere.
+
+Which kernel runs follows the platform being lowered for (`jax.lax.platform_dependent`):
+cuda -> the Triton kernels of `gpu.py`; tpu -> the Mosaic kernels of `tpu.py`; anything else
+(cpu) -> interpret mode of one of them (`Static.cpu_kernel`, default the GPU structure).
+
+Shapes: B batch, Lq / Lk lengths, H query heads, K kv heads, D head dim, R frequencies.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from posenc_jax.model.kernels import gpu, tpu
+from posenc_jax.model.kernels.common import Static
+
+__all__ = ["flash_attention", "padded_length", "visibility"]
+
+F32 = jnp.float32
+_INT_MAX = np.iinfo(np.int32).max
+_INT_MIN = np.iinfo(np.int32).min
+GPU_BLOCKS = (64, 64)     # (block_q, block_k) of the Triton kernels
+TPU_BLOCKS = (128, 128)   # Mosaic: key blocks are lane-dense (multiples of 128)
+
+
+def padded_length(length: int) -> tuple[int, int]:
+    """(padded length, largest block dividing it): whole 128-blocks, or one short block."""
+    unit = 128 if length >= 128 else max(16, 1 << (length - 1).bit_length())
+    return -(-length // unit) * unit, unit
+
+
+def _block_max(x, block, fill):
+    b, n = x.shape
+    return jnp.max(jnp.where(x == fill, _INT_MIN, x).reshape(b, n // block, block), axis=-1)
+
+
+def _block_min(x, block):
+    b, n = x.shape
+    return jnp.min(x.reshape(b, n // block, block), axis=-1)
+
+
+def visibility(st: Static, aux: dict, bq: int, bk: int):
+    """int32 [B, nq, nk]: 1 where some query of block i may see some key of block j."""
+    valid = aux["kvalid"][:, 0, :] != 0                                   # [B, Lk]
+    any_valid = jnp.any(valid.reshape(valid.shape[0], -1, bk), axis=-1)[:, None, :]
+    vis = any_valid
+    if st.causal:
+        k_min = _block_min(jnp.where(valid, aux["kpos"][:, 0, :], _INT_MAX), bk)
+        q_max = _block_max(aux["qpos"][:, :, 0], bq, _INT_MIN)
+        vis = vis & (k_min[:, None, :] <= q_max[:, :, None])
+    if st.segments:
+        ks = aux["kseg"][:, 0, :]
+        ks_min = _block_min(jnp.where(valid, ks, _INT_MAX), bk)
+        ks_max = _block_max(jnp.where(valid, ks, _INT_MIN), bk, _INT_MIN)
+        qs = aux["qseg"][:, :, 0]
+        qs_min, qs_max = _block_min(qs, bq), _block_max(qs, bq, _INT_MIN)
+        vis = vis & (qs_min[:, :, None] <= ks_max[:, None, :]) \
+            & (ks_min[:, None, :] <= qs_max[:, :, None])
+    return vis.astype(jnp.int32)
+
+
+def _blocks(st: Static, x: dict, platform: str) -> tuple[int, int]:
+    lq, lk = x["q"].shape[2], x["k"].shape[2]
+    want = {"gpu": GPU_BLOCKS, "tpu": TPU_BLOCKS, "cpu": (st.block_q, st.block_k)}[platform]
+    return math.gcd(want[0], lq), math.gcd(want[1], lk)
+
+
+def _run(st: Static, x: dict, backward: bool):
+    """One kernel family by lowering platform (outputs of gpu/tpu .forward or .backward)."""
+
+    def branch(module, platform, interpret):
+        def run(x):
+            bq, bk = _blocks(st, x, platform)
+            aux = {n: x[n] for n in ("qpos", "kpos", "kvalid", "qseg", "kseg") if n in x}
+            fn = module.backward if backward else module.forward
+            return fn(st, x, visibility(st, aux, bq, bk), bq=bq, bk=bk, interpret=interpret)
+        return run
+
+    cpu = branch(tpu if st.cpu_kernel == "tpu" else gpu, "cpu", True)
+    return jax.lax.platform_dependent(x, cpu=cpu, cuda=branch(gpu, "gpu", False),
+                                      tpu=branch(tpu, "tpu", False), default=cpu)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
+def _core(st, q, k, v, aux, leaves):
+    return _run(st, _inputs(q, k, v, aux, leaves), False)[0]
+
+
+def _inputs(q, k, v, aux, leaves):
+    x = {"q": q, "k": k, "v": v}
+    x.update({n: a for n, a in aux.items() if a is not None})
+    x.update({f"p{i}": leaf for i, leaf in enumerate(leaves)})
+    return x
+
+
+def _core_fwd(st, q, k, v, aux, leaves):
+    o, lse = _run(st, _inputs(q, k, v, aux, leaves), False)
+    return o, (q, k, v, aux, leaves, o, lse)
+
+
+def _core_bwd(st, res, do):
+    q, k, v, aux, leaves, o, lse = res
+    delta = jnp.sum(do.astype(F32) * o.astype(F32), axis=-1, keepdims=True)   # [B,H,Lq,1]
+    x = dict(_inputs(q, k, v, aux, leaves), do=do, lse=lse, delta=delta)
+    dq, dk, dv, dps = _run(st, x, True)
+    dleaves = [g.astype(leaf.dtype) for g, leaf in zip(dps, leaves)]
+    daux = {n: None for n in aux}
+    return dq, dk, dv, daux, dleaves
+
+
+_core.defvjp(_core_fwd, _core_bwd)
