@@ -36,11 +36,14 @@ import jax.numpy as jnp
 
 from posenc_jax.encodings.base import Encoding
 from posenc_jax.model import blockwise
+from posenc_jax.model.kernels import check_supported, flash_attention
 from posenc_jax.model.scores import as_2d, build_mask, encoding_bias
 
-__all__ = ["DENSE_BACKENDS", "IMPLEMENTATIONS", "as_2d", "attend", "build_mask", "encoding_bias"]
+__all__ = ["DENSE_BACKENDS", "IMPLEMENTATIONS", "as_2d", "attend", "build_mask", "encoding_bias",
+           "rotates_inside"]
 
-IMPLEMENTATIONS = ("dense", "blockwise")
+IMPLEMENTATIONS = ("dense", "blockwise", "pallas", "auto")
+AUTO_DENSE_MAX = 2048 * 2048  # "auto" on CPU: dense up to Lq * Lk of this, then blockwise
 DENSE_BACKENDS = (None, "xla", "cudnn")
 Array = jax.Array
 
@@ -55,37 +58,71 @@ def check_implementation(implementation: str, dense_backend: str | None = None) 
                          f"{', '.join(map(repr, DENSE_BACKENDS))}")
 
 
+def kernel_capable(encoding: Encoding) -> bool:
+    """Whether the Pallas kernel can compute this encoding's bias in-kernel."""
+    return not encoding.has_bias or encoding.has_elementwise_bias
+
+
+def rotates_inside(encoding: Encoding, implementation: str) -> bool:
+    """True when `attend` takes RAW q and k and rotates them itself (in-kernel RoPE).
+
+    Then the caller must not call the rotate hook, and a KV cache holds raw keys (the
+    kernel rotates every cached key at its slot's position on each call).
+    """
+    return (implementation in ("pallas", "auto") and encoding.has_kernel_rotation
+            and kernel_capable(encoding))
+
+
+def _seq_len(encoding: Encoding, kp: Array, km: Array | None):
+    """The length a length-dependent rotation reads: max(valid key positions) + 1."""
+    if not encoding.is_length_dependent:
+        return None
+    kp = kp if km is None else jnp.where(km.astype(bool), kp, jnp.iinfo(jnp.int32).min)
+    return jnp.max(kp) + 1
+
+
 def attend(q: Array, k: Array, v: Array, *, encoding: Encoding, params: Any = None,
            q_positions: Array, k_positions: Array, causal: bool = True,
            q_segment_ids: Array | None = None, k_segment_ids: Array | None = None,
            k_mask: Array | None = None, implementation: str = "dense",
            block_q: int = 256, block_k: int = 256,
-           dense_backend: str | None = None) -> Array:
+           dense_backend: str | None = None, rotated: bool = True) -> Array:
     """Multi-head (or grouped-query) attention with the encoding's bias and explicit masks.
 
     Args:
-      q: [B, Lq, H, D] queries, already rotated by the encoding.
-      k, v: [B, Lk, K, D] keys (already rotated) and values; K divides H.
-      encoding: the scheme whose `bias` hook is called (rotate/embed are not called here).
+      q: [B, Lq, H, D] queries, already rotated by the encoding (unless `rotated=False`).
+      k, v: [B, Lk, K, D] keys (likewise) and values; K divides H.
+      encoding: the scheme whose `bias` hook is called (rotate only when `rotated=False`).
       params: the encoding's params pytree (`{}` / None for stateless schemes).
       q_positions: [Lq] or [B, Lq]; k_positions: [Lk] or [B, Lk] (int; float allowed for
         schemes that take them). They define the causal mask and the bias.
       causal: mask keys whose position is greater than the query's.
       q_segment_ids, k_segment_ids: int [Lq] / [Lk] or [B, ...]; give both or neither.
       k_mask: bool [Lk] or [B, Lk]: which key slots hold data (e.g. a cache's filled slots).
-      implementation: "dense" or "blockwise" (module docstring).
-      block_q, block_k: block sizes of the blockwise implementation (clipped to the lengths;
-        lengths need not be multiples of them).
+      implementation: "dense", "blockwise", "pallas" (the kernel: Triton on GPUs, Mosaic on
+        TPUs, interpret mode on CPU, chosen by the platform lowered for) or "auto" (the
+        kernel on GPU/TPU when the encoding allows it; on CPU dense up to Lq*Lk =
+        `AUTO_DENSE_MAX`, blockwise beyond).
+      block_q, block_k: block sizes of the blockwise implementation and of the kernel's
+        interpret mode (clipped to the lengths; lengths need not be multiples of them).
       dense_backend: None, "xla" or "cudnn", passed to `jax.nn.dot_product_attention`.
+        With "cudnn", self-attention without a key mask (`q_positions is k_positions`, as
+        the model passes them) uses cuDNN's own causal mask, which is BY INDEX: positions
+        must increase along the sequence (within each segment); a bias is passed only
+        when the encoding has one; segment ids and key masks become a boolean mask.
+      rotated: False when q and k are raw (see `rotates_inside`): the kernel then rotates
+        in-kernel, other paths call the rotate hook here.
 
     Returns:
       [B, Lq, H, D] in q.dtype; zeros for query rows that see no key.
 
     Raises:
       ValueError: unknown implementation or backend, H not divisible by K, mismatched shapes,
-        a bias whose head count differs from H, only one of the two segment-id arrays.
+        a bias whose head count differs from H, only one of the two segment-id arrays, an
+        encoding the kernel cannot serve with implementation="pallas".
     """
     check_implementation(implementation, dense_backend)
+    same_positions = q_positions is k_positions
     q, k, v = jnp.asarray(q), jnp.asarray(k), jnp.asarray(v)
     if q.ndim != 4 or k.ndim != 4 or v.ndim != 4:
         raise ValueError("q, k, v must be [B, L, heads, D]; got shapes "
@@ -99,6 +136,8 @@ def attend(q: Array, k: Array, v: Array, *, encoding: Encoding, params: Any = No
         raise ValueError(f"num_heads H={h} must be divisible by num_kv_heads K={kh}")
     if (q_segment_ids is None) != (k_segment_ids is None):
         raise ValueError("give both q_segment_ids and k_segment_ids, or neither")
+    if implementation == "pallas":
+        check_supported(encoding)
     qp = as_2d(q_positions, lq, b, "q_positions")
     kp = as_2d(k_positions, lk, b, "k_positions")
     qs = as_2d(q_segment_ids, lq, b, "q_segment_ids")
@@ -106,23 +145,62 @@ def attend(q: Array, k: Array, v: Array, *, encoding: Encoding, params: Any = No
     km = as_2d(k_mask, lk, b, "k_mask")
     if encoding.bias_needs_query:  # the bias varies with q's batch row anyway
         qp, kp = jnp.broadcast_to(qp, (b, lq)), jnp.broadcast_to(kp, (b, lk))
-    if implementation == "blockwise":
-        return blockwise.attend_blockwise(
-            q, k, v, encoding=encoding, params=params, q_positions=qp, k_positions=kp,
-            causal=causal, q_segment_ids=qs, k_segment_ids=ks, k_mask=km,
-            block_q=block_q, block_k=block_k)
+    kw = {"encoding": encoding, "params": params, "causal": causal}
+    masks = (qp, kp, qs, ks, km)
+
+    def kernel(q, k, v, masks):
+        qp, kp, qs, ks, km = masks
+        rotation = None
+        if not rotated and encoding.has_kernel_rotation:
+            rotation = encoding.kernel_rotation(params, seq_len=_seq_len(encoding, kp, km))
+        elif not rotated:
+            q, k = encoding.rotate(params, q, k, qp, kp, seq_len=_seq_len(encoding, kp, km))
+        return flash_attention(q, k, v, q_positions=qp, k_positions=kp, q_segment_ids=qs,
+                               k_segment_ids=ks, k_mask=km, rotation=rotation,
+                               block_q=_pow2(block_q), block_k=_pow2(block_k), **kw)
+
+    def portable(q, k, v, masks, impl):
+        qp, kp, qs, ks, km = masks
+        if not rotated:
+            q, k = encoding.rotate(params, q, k, qp, kp, seq_len=_seq_len(encoding, kp, km))
+        if impl == "blockwise":
+            return blockwise.attend_blockwise(
+                q, k, v, q_positions=qp, k_positions=kp, q_segment_ids=qs, k_segment_ids=ks,
+                k_mask=km, block_q=block_q, block_k=block_k, **kw)
+        return _dense(q, k, v, qp, kp, qs, ks, km, dense_backend=dense_backend,
+                      index_causal=same_positions and km is None, **kw)
+
+    if implementation == "pallas":
+        return kernel(q, k, v, masks)
+    if implementation != "auto":
+        return portable(q, k, v, masks, implementation)
+    cpu_impl = "dense" if lq * lk <= AUTO_DENSE_MAX else "blockwise"
+    if not kernel_capable(encoding):
+        return portable(q, k, v, masks, cpu_impl)
+    return jax.lax.platform_dependent(
+        q, k, v, masks, cpu=lambda *a: portable(*a, cpu_impl), cuda=kernel, tpu=kernel,
+        default=lambda *a: portable(*a, cpu_impl))
+
+
+def _pow2(n: int) -> int:
+    """The largest power of two <= n (interpret-mode blocks)."""
+    return 1 << (max(int(n), 1).bit_length() - 1)
+
+
+def _dense(q, k, v, qp, kp, qs, ks, km, *, encoding, params, causal, dense_backend,
+           index_causal):
+    """`jax.nn.dot_product_attention` with the bias and masks (see `attend`)."""
+    h, d = q.shape[2], q.shape[3]
     scale = 1.0 / math.sqrt(d)
     bias = encoding_bias(encoding, params, qp, kp, (q * scale).astype(q.dtype), h)
-    mask = build_mask(qp, kp, causal=causal, q_segment_ids=qs, k_segment_ids=ks, k_mask=km)
-    seen = mask
-    if dense_backend == "cudnn":  # cuDNN takes the mask folded into a bias of q's dtype
-        if mask is not None:
-            bias = jnp.where(mask, 0.0 if bias is None else bias, -1e9)
-            mask = None
-        bias = None if bias is None else bias.astype(q.dtype)
+    is_causal = dense_backend == "cudnn" and causal and index_causal
+    mask = build_mask(qp, kp, causal=causal and not is_causal, q_segment_ids=qs,
+                      k_segment_ids=ks, k_mask=km)
+    if dense_backend == "cudnn" and bias is not None:
+        bias = bias.astype(q.dtype)  # cuDNN takes a bias of q's dtype, only when there is one
     out = jax.nn.dot_product_attention(q, k, v, bias=bias, mask=mask, scale=scale,
-                                       implementation=dense_backend)
-    if seen is not None:
-        row_ok = jnp.any(seen, axis=-1)[:, 0, :, None, None]          # [B|1, Lq, 1, 1]
+                                       is_causal=is_causal, implementation=dense_backend)
+    if mask is not None:
+        row_ok = jnp.any(mask, axis=-1)[:, 0, :, None, None]          # [B|1, Lq, 1, 1]
         out = jnp.where(row_ok, out, jnp.zeros((), out.dtype))
     return out

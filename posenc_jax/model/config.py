@@ -29,6 +29,7 @@ from posenc_jax._frozen import _FrozenDict, freeze, thaw
 from posenc_jax.checks import positive_int
 from posenc_jax.encodings.base import Encoding, for_model
 from posenc_jax.model.attention import check_implementation
+from posenc_jax.model.kernels import check_supported
 
 __all__ = ["TransformerConfig", "freeze", "thaw"]
 
@@ -71,8 +72,10 @@ class TransformerConfig:
       mlp_activation: "swiglu" or "gelu".
       encoding, encoding_kwargs: the model's positional encoding, by name (see module doc).
       layer_encodings: None, or one entry per layer: a name or (name, kwargs).
-      attention: "dense" or "blockwise"; block_size: the blockwise block (queries and keys;
-        128-256 was fastest on a 2-core CPU, see benchmarks/attention.py).
+      attention: "dense", "blockwise", "pallas" (the Pallas kernel; interpret mode on CPU) or
+        "auto" (the kernel on GPU/TPU, dense or blockwise on CPU; see `attention.attend`);
+        block_size: the blockwise block (queries and keys; 128-256 was fastest on a 2-core
+        CPU, see benchmarks/attention.py), also the kernel's interpret-mode block.
       causal: decoder (True) or bidirectional attention.
       tie_embeddings: the output projection is the token embedding's transpose.
       dtype: activation/compute dtype; param_dtype: parameter storage dtype.
@@ -134,6 +137,9 @@ class TransformerConfig:
                                     *(self.layer_encodings or ())]):
             encs[entry] = self._build(*entry)
         object.__setattr__(self, "_encodings", encs)
+        if self.attention == "pallas":
+            for enc in encs.values():
+                check_supported(enc)
         for i, entry in enumerate(self.layer_encodings or ()):
             if encs[entry].has_embed:
                 raise ValueError(

@@ -4,7 +4,10 @@
     logits, cache = model(prompt, jnp.arange(P)[None], cache=cache)        # prefill P tokens
     logits, cache = model(next_tok, jnp.full((B, 1), P), cache=cache)      # decode one token
 
-The cache holds, per layer, keys that are ALREADY ROTATED (and values) in S slots, plus for
+The cache holds, per layer, keys that are ALREADY ROTATED (and values) in S slots -- or RAW
+keys when the attention rotates in-kernel (`attention.rotates_inside`: RoPE with
+attention="pallas" or "auto"; the kernel then rotates every cached key at its slot's
+position on each call, which is the same computation as the full forward) -- plus for
 every slot its token, position, segment id and whether it is filled; a write index (the
 next free slot, shared by the batch rows) and the rotation regime of each layer. New tokens
 are written at [index, index + T); attention masks use the slots' explicit positions
@@ -56,7 +59,7 @@ _INT_MIN = jnp.iinfo(jnp.int32).min
 class KVCache:
     """A pytree: per-layer rotated keys and values [B, S, K, D], slot metadata [B, S]."""
 
-    k: tuple            # num_layers x [B, S, K, D] (rotated keys)
+    k: tuple            # num_layers x [B, S, K, D] (rotated keys; raw if rotated in-kernel)
     v: tuple            # num_layers x [B, S, K, D]
     tokens: Array       # int32 [B, S]
     positions: Array    # int32 [B, S]

@@ -64,7 +64,7 @@ from flax.core import spmd as flax_spmd
 
 from posenc_jax.encodings.base import Encoding
 from posenc_jax.model import kv_cache
-from posenc_jax.model.attention import as_2d, attend
+from posenc_jax.model.attention import as_2d, attend, rotates_inside
 from posenc_jax.model.config import TransformerConfig
 from posenc_jax.model.generate import generate
 from posenc_jax.model.kv_cache import KVCache, init_cache
@@ -173,7 +173,9 @@ class Attention(nnx.Module):
         k = constrain(k, ("batch", "length", "kv_heads", "kv"))
         v = constrain(v, ("batch", "length", "kv_heads", "kv"))
         seq_positions = positions if memory is None else memory.seq_positions
-        q, k = kv_cache.rotate(self.encoding, pe, q, k, positions, seq_positions)
+        raw = rotates_inside(self.encoding, cfg.attention)  # the kernel rotates in-kernel
+        if not raw:
+            q, k = kv_cache.rotate(self.encoding, pe, q, k, positions, seq_positions)
         if memory is None:
             k_all, v_all, new = k, v, None
             kp, ks, km = positions, segment_ids, None
@@ -185,7 +187,7 @@ class Attention(nnx.Module):
                      k_positions=kp, causal=cfg.causal, q_segment_ids=segment_ids,
                      k_segment_ids=ks, k_mask=km, implementation=cfg.attention,
                      block_q=cfg.block_size, block_k=cfg.block_size,
-                     dense_backend=cfg.dense_backend)
+                     dense_backend=cfg.dense_backend, rotated=not raw)
         out = constrain(out, ("batch", "length", "heads", "kv"))
         return jnp.einsum("bthd,hde->bte", out, self.o_proj[...].astype(dt)), new
 

@@ -30,8 +30,21 @@ import jax.numpy as jnp
 from jax import lax
 from jax.experimental import pallas as pl
 
-__all__ = ["NEG", "Static", "bias", "bias_vjp", "keep_mask", "load_params", "load_pieces",
-           "matmul", "rotation", "scores", "store_pieces", "unrotate"]
+__all__ = [
+    "NEG",
+    "Static",
+    "bias",
+    "bias_vjp",
+    "keep_mask",
+    "leaf_map",
+    "load_params",
+    "load_pieces",
+    "matmul",
+    "rotation",
+    "scores",
+    "store_pieces",
+    "unrotate",
+]
 
 NEG = -1e30  # a finite "minus infinity": exp(NEG - m) underflows to 0, never NaN
 F32 = jnp.float32
@@ -124,6 +137,11 @@ def keep_mask(st: Static, q_pos, k_pos, k_valid, q_seg=None, k_seg=None):
 def load_params(refs: list, st: Static):
     """The encoding's params pytree, each leaf loaded whole (they are small tables)."""
     return jax.tree.unflatten(st.param_tree, [r[...] for r in refs])
+
+
+def leaf_map(ndim: int, lead: int):
+    """Index map of a per-block params-gradient output: the first `lead` grid ids, then 0s."""
+    return lambda *ids: tuple(ids[:lead]) + (0,) * ndim
 
 
 def _head(head):

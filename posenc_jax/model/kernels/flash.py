@@ -27,7 +27,7 @@ import numpy as np
 
 from posenc_jax.encodings.base import Encoding, KernelRotation
 from posenc_jax.model.kernels.common import Static
-from posenc_jax.model.kernels.vjp import _core, padded_length
+from posenc_jax.model.kernels.vjp import core, padded_length
 
 __all__ = ["check_supported", "flash_attention"]
 
@@ -111,5 +111,5 @@ def flash_attention(q, k, v, *, encoding: Encoding, params: Any, q_positions, k_
                 encoding=encoding if encoding.has_elementwise_bias else None,
                 param_tree=tree, block_q=min(block_q, padded_length(lq)[1]),
                 block_k=min(block_k, padded_length(lk)[1]), cpu_kernel=cpu_kernel)
-    out = _core(st, qt, kt, vt, aux, [jnp.asarray(x) for x in leaves])
+    out = core(st, qt, kt, vt, aux, [jnp.asarray(x) for x in leaves])
     return jnp.transpose(out[:, :, :lq], (0, 2, 1, 3))           # v's features: no undo

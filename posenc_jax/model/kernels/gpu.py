@@ -34,6 +34,7 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plt
 
 from posenc_jax.model.kernels import common as c
+from posenc_jax.model.kernels.common import leaf_map as _leaf_map
 
 __all__ = ["backward", "forward"]
 
@@ -237,7 +238,7 @@ def backward(st, x, vis, *, bq, bk, interpret):
         shape = x[n].shape
         out["d" + n] = jax.ShapeDtypeStruct((b, h, nq) + shape, F32)
         specs.append(pl.BlockSpec((None, None, None) + shape,
-                                  lambda b, h, i, n=len(shape): (b, h, i) + (0,) * n))
+                                  _leaf_map(len(shape), 3)))
     dq, *dps = _call(_dq_kernel, st, x, out, specs, (b, h, nq), bq, bk, "q", interpret)
     out = {"dk": jax.ShapeDtypeStruct(x["k"].shape, x["k"].dtype),
            "dv": jax.ShapeDtypeStruct(x["v"].shape, x["v"].dtype)}

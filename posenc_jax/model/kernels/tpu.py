@@ -23,6 +23,7 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
 from posenc_jax.model.kernels import common as c
+from posenc_jax.model.kernels.common import leaf_map as _leaf_map
 
 __all__ = ["backward", "forward"]
 
@@ -154,12 +155,12 @@ def _specs(st, x, bq, bk, kind, nq):
     """BlockSpecs by name: grid (B, H, nq, nk) for 'q', (B, K, nk, G * nq) for 'k'."""
     g, d = st.groups, x["q"].shape[-1]
     if kind == "q":
-        qi = lambda b, h, i, j: (b, h, i, 0)                                   # noqa: E731
-        ki = lambda b, h, i, j: (b, _div(h, g), j, 0)                              # noqa: E731
+        qi = lambda b, h, i, j: (b, h, i, 0)
+        ki = lambda b, h, i, j: (b, _div(h, g), j, 0)
         qr, kr = (lambda b, h, i, j: (b, i, 0)), (lambda b, h, i, j: (b, 0, j))
     else:
-        qi = lambda b, k, j, t: (b, k * g + _div(t, nq), _rem(t, nq), 0)                # noqa: E731
-        ki = lambda b, k, j, t: (b, k, j, 0)                                   # noqa: E731
+        qi = lambda b, k, j, t: (b, k * g + _div(t, nq), _rem(t, nq), 0)
+        ki = lambda b, k, j, t: (b, k, j, 0)
         qr, kr = (lambda b, k, j, t: (b, _rem(t, nq), 0)), (lambda b, k, j, t: (b, 0, j))
     q_blk, row = pl.BlockSpec((None, None, bq, d), qi), pl.BlockSpec((None, None, bq, 1), qi)
     k_blk = pl.BlockSpec((None, None, bk, d), ki)
@@ -189,7 +190,7 @@ def forward(st, x, vis, *, bq, bk, interpret):
     x = dict(x, vis=vis)
     out = {"o": jax.ShapeDtypeStruct(x["q"].shape, x["q"].dtype),
            "lse": jax.ShapeDtypeStruct((b, h, lq, 1), F32)}
-    qi = lambda b, h, i, j: (b, h, i, 0)                                       # noqa: E731
+    qi = lambda b, h, i, j: (b, h, i, 0)
     specs = [pl.BlockSpec((None, None, bq, d), qi), pl.BlockSpec((None, None, bq, 1), qi)]
     scratch = [pltpu.VMEM((bq, 1), F32), pltpu.VMEM((bq, 1), F32), pltpu.VMEM((bq, d), F32)]
     grid = (b, h, lq // bq, x["k"].shape[2] // bk)
@@ -202,20 +203,20 @@ def backward(st, x, vis, *, bq, bk, interpret):
     kh, lk = x["k"].shape[1], x["k"].shape[2]
     nq, nk = lq // bq, lk // bk
     x = dict(x, vis=vis)
-    qi = lambda b, h, i, j: (b, h, i, 0)                                       # noqa: E731
+    qi = lambda b, h, i, j: (b, h, i, 0)
     out = {"dq": jax.ShapeDtypeStruct(x["q"].shape, x["q"].dtype)}
     specs = [pl.BlockSpec((None, None, bq, d), qi)]
     for n in [n for n in x if n.startswith("p")]:
         shape = x[n].shape
         out["d" + n] = jax.ShapeDtypeStruct((b, h, nq) + shape, F32)
         specs.append(pl.BlockSpec((None, None, None) + shape,
-                                  lambda b, h, i, j, n=len(shape): (b, h, i) + (0,) * n))
+                                  _leaf_map(len(shape), 3)))
     scratch = [pltpu.VMEM((bq, n), F32) for _, n in st.pieces]
     dq, *dps = _call(_dq_kernel, st, x, out, specs, (b, h, nq, nk), scratch, bq, bk, "q",
                      interpret)
     out = {"dk": jax.ShapeDtypeStruct(x["k"].shape, x["k"].dtype),
            "dv": jax.ShapeDtypeStruct(x["v"].shape, x["v"].dtype)}
-    ki = lambda b, k, j, t: (b, k, j, 0)                                       # noqa: E731
+    ki = lambda b, k, j, t: (b, k, j, 0)
     specs = [pl.BlockSpec((None, None, bk, d), ki)] * 2
     scratch = [pltpu.VMEM((bk, n), F32) for _, n in st.pieces] + [pltpu.VMEM((bk, d), F32)]
     dk, dv = _call(_dkv_kernel, st, x, out, specs, (b, kh, nk, st.groups * nq), scratch, bq,

@@ -26,7 +26,7 @@ import numpy as np
 from posenc_jax.model.kernels import gpu, tpu
 from posenc_jax.model.kernels.common import Static
 
-__all__ = ["flash_attention", "padded_length", "visibility"]
+__all__ = ["core", "padded_length", "visibility"]
 
 F32 = jnp.float32
 _INT_MAX = np.iinfo(np.int32).max
@@ -94,7 +94,7 @@ def _run(st: Static, x: dict, backward: bool):
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
-def _core(st, q, k, v, aux, leaves):
+def core(st, q, k, v, aux, leaves):
     return _run(st, _inputs(q, k, v, aux, leaves), False)[0]
 
 
@@ -120,4 +120,4 @@ def _core_bwd(st, res, do):
     return dq, dk, dv, daux, dleaves
 
 
-_core.defvjp(_core_fwd, _core_bwd)
+core.defvjp(_core_fwd, _core_bwd)

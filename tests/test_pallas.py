@@ -1,0 +1,173 @@
+"""The Pallas kernel (attention="pallas", interpret mode on CPU) equals dense attention, values
+and gradients (q, k, v and every encoding param), for every scheme it serves; RoPE is applied
+in-kernel from raw q/k; a KV-cache decode equals the full forward; errors name the way out.
+
+Tolerances: float32 inputs, 2e-5 absolute on values and 1e-4 relative-to-max on gradients:
+both paths accumulate in float32 but sum in different orders (online softmax over blocks
+vs one softmax), so they differ by float32 rounding (observed <= 2e-5). bfloat16 inputs: the
+kernel rounds p to bfloat16 before p.v (as FlashAttention does) where XLA's dense path
+rounds the normalised probabilities, so outputs differ by about one bfloat16 ulp of |out|
+<~ 3: 3e-2 absolute (observed ~1e-2); gradients compared relative to their max, 5e-2.
+Interpret mode is slow, so shapes are small: L=100 (not a multiple of the 64-blocks).
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import posenc_jax
+from posenc_jax.encodings import base
+from posenc_jax.model.attention import attend, rotates_inside
+from posenc_jax.model.config import TransformerConfig
+from posenc_jax.model.kernels import flash_attention
+
+H, K, D, L = 4, 2, 16, 100
+HYPER = {"nope": {}, "rope": {"head_dim": D}, "alibi": {"num_heads": H},
+         "t5": {"num_heads": H, "num_buckets": 8, "max_distance": 16}}
+
+
+def _elementwise_schemes():
+    """Every registered scheme with an elementwise bias (KERPLE, Sandwich, ...), built for H."""
+    out = []
+    for name in base.names():
+        if name in HYPER or name in ("learned", "sinusoidal"):
+            continue
+        enc = base.for_model(name, embed_dim=H * D, num_heads=H, head_dim=D)
+        if enc.has_elementwise_bias:
+            out.append(name)
+    return out
+
+
+def _encoding(name):
+    if name in HYPER:
+        enc = posenc_jax.get(name, **HYPER[name])
+    else:
+        enc = base.for_model(name, embed_dim=H * D, num_heads=H, head_dim=D)
+    params = enc.init(jax.random.key(3))
+    return enc, jax.tree.map(lambda t: t * 20.0 if t.ndim > 1 else t, params)
+
+
+def _qkv(b, lq, lk, dtype=jnp.float32):
+    kq, kk, kv = jax.random.split(jax.random.key(0), 3)
+    return (jax.random.normal(kq, (b, lq, H, D)).astype(dtype),
+            jax.random.normal(kk, (b, lk, K, D)).astype(dtype),
+            jax.random.normal(kv, (b, lk, K, D)).astype(dtype))
+
+
+def _pair(enc, **kw):
+    """(kernel, dense) functions of (q, k, v, params) taking RAW q and k: the kernel rotates
+    in-kernel where the scheme declares `kernel_rotation`, dense calls the rotate hook."""
+    raw = rotates_inside(enc, "pallas")
+
+    def rotate(q, k, p):  # in float32, then rounded: rope's bfloat16 path has no gradient
+        qr, kr = enc.rotate(p, q.astype(jnp.float32), k.astype(jnp.float32),
+                            kw["q_positions"], kw["k_positions"])
+        return qr.astype(q.dtype), kr.astype(k.dtype)
+
+    def kernel(q, k, v, p):
+        if not raw:
+            q, k = rotate(q, k, p)
+        return attend(q, k, v, encoding=enc, params=p, implementation="pallas", block_q=64,
+                      block_k=64, rotated=not raw, **kw)
+
+    def dense(q, k, v, p):
+        q, k = rotate(q, k, p)
+        return attend(q, k, v, encoding=enc, params=p, implementation="dense", **kw)
+
+    return kernel, dense
+
+
+def _check(enc, params, qkv, kw, atol=2e-5, gtol=1e-4):
+    kernel, dense = _pair(enc, **kw)
+    w = jnp.cos(jnp.arange(D, dtype=jnp.float32)).reshape(1, 1, 1, D)
+
+    def loss(f):
+        return lambda *a: jnp.sum(f(*a).astype(jnp.float32) * w)
+
+    def value_and_grads(f):  # one jit per path: the forward kernel is traced once
+        return jax.jit(lambda *a: (f(*a), jax.grad(loss(f), argnums=(0, 1, 2, 3))(*a)))
+
+    out, grads = value_and_grads(kernel)(*qkv, params)
+    ref, refs = value_and_grads(dense)(*qkv, params)
+    np.testing.assert_allclose(np.asarray(out, np.float32), np.asarray(ref, np.float32),
+                               atol=atol, rtol=0)
+    for g, r in zip(jax.tree.leaves(grads), jax.tree.leaves(refs)):
+        g, r = np.asarray(g, np.float32), np.asarray(r, np.float32)
+        assert np.all(np.isfinite(g))
+        np.testing.assert_allclose(g, r, atol=gtol * max(1.0, np.abs(r).max()), rtol=0)
+    return out
+
+
+def _packed(b):
+    """Two packed documents per row, positions restarting at each (lengths 60 + 40, 30 + 70)."""
+    cuts = [60, 30][:b]
+    idx = np.arange(L)
+    seg = np.stack([(idx >= c).astype(np.int32) for c in cuts])
+    pos = np.stack([np.where(idx >= c, idx - c, idx) for c in cuts]).astype(np.int32)
+    return jnp.asarray(pos), jnp.asarray(seg)
+
+
+@pytest.mark.parametrize("name", ["nope", "rope", "alibi", "t5", *_elementwise_schemes()])
+def test_kernel_equals_dense_packed_causal_gqa(name):
+    """Causal, GQA (H=4, K=2), two packed documents per row with restarting positions, L=100."""
+    enc, params = _encoding(name)
+    pos, seg = _packed(1)
+    kw = {"q_positions": pos, "k_positions": pos, "q_segment_ids": seg, "k_segment_ids": seg,
+          "causal": True}
+    _check(enc, params, _qkv(1, L, L), kw)
+
+
+@pytest.mark.parametrize("name", ["t5"])
+def test_kernel_equals_dense_bidirectional_offset_queries_and_empty_rows(name):
+    """Cache-shaped call: 7 queries at positions 40.. over 100 key slots of which 90 are
+    filled; bidirectional (T5's bidirectional buckets); the first query row of batch 1 sees
+    no key at all (its segment id matches no key) -> zeros, finite gradients."""
+    enc, params = _encoding(name)
+    if name == "t5":
+        enc = posenc_jax.get("t5", num_heads=H, num_buckets=8, max_distance=16,
+                             bidirectional=True)
+    qp = jnp.array([np.arange(40, 47), np.arange(-3, 4)], jnp.int32)
+    kp = jnp.broadcast_to(jnp.arange(L, dtype=jnp.int32), (2, L))
+    k_mask = jnp.broadcast_to(jnp.arange(L) < 90, (2, L))
+    q_seg = jnp.array([[0] * 7, [5] + [0] * 6], jnp.int32)
+    kw = {"q_positions": qp, "k_positions": kp, "k_mask": k_mask, "q_segment_ids": q_seg,
+          "k_segment_ids": jnp.zeros((2, L), jnp.int32), "causal": False}
+    out = _check(enc, params, _qkv(2, 7, L), kw)
+    assert np.all(np.asarray(out)[1, 0] == 0.0)
+
+
+def test_kernel_equals_dense_in_bfloat16():
+    enc, params = _encoding("rope")
+    pos = jnp.arange(L, dtype=jnp.int32)
+    kw = {"q_positions": pos, "k_positions": pos, "causal": True}
+    _check(enc, params, _qkv(1, L, L, jnp.bfloat16), kw, atol=3e-2, gtol=5e-2)
+
+
+def test_tpu_kernel_structure_in_interpret_mode():
+    """The TPU kernels (grid over key blocks, VMEM scratch) run in interpret mode too."""
+    enc, params = _encoding("t5")
+    pos, seg = _packed(1)
+    q, k, v = _qkv(1, L, L)
+
+    def f(cpu_kernel):
+        return jax.jit(jax.value_and_grad(lambda q, p: jnp.sum(flash_attention(
+            q, k, v, encoding=enc, params=p, q_positions=pos, k_positions=pos, causal=True,
+            q_segment_ids=seg, k_segment_ids=seg, cpu_kernel=cpu_kernel) ** 2), (0, 1)))
+    (a, ga), (b, gb) = f("tpu")(q, params), f("gpu")(q, params)
+    np.testing.assert_allclose(a, b, rtol=1e-5)
+    for x, y in zip(jax.tree.leaves(ga), jax.tree.leaves(gb)):
+        np.testing.assert_allclose(x, y, atol=1e-4 * float(np.abs(y).max()))
+
+
+def test_schemes_without_an_elementwise_bias_are_refused_with_the_alternative():
+    shaw = posenc_jax.get("shaw", head_dim=D, max_relative_position=3)
+    q, k, v = _qkv(1, 8, 8)
+    pos = jnp.arange(8)
+    with pytest.raises(ValueError, match="'shaw'.*use attention='blockwise' or 'dense'"):
+        attend(q, k, v, encoding=shaw, params=shaw.init(jax.random.key(0)),
+               q_positions=pos, k_positions=pos, implementation="pallas")
+    with pytest.raises(ValueError, match="use attention='blockwise' or 'dense'"):
+        TransformerConfig(vocab_size=8, num_layers=1, embed_dim=32, num_heads=2,
+                                     mlp_dim=32, encoding="shaw", attention="pallas")
+    assert not rotates_inside(shaw, "auto")

@@ -1,0 +1,79 @@
+"""attention="pallas" in the model: lowering at L=4096 for cuda and tpu on this CPU host
+contains the kernel's custom call and no [.., 4096, 4096] tensor (forward and backward),
+dense has many, blockwise none; cuDNN without a bias keeps RoPE free of [L, L] too; and a
+KV-cache decode with the kernel (raw keys cached, rotated in-kernel) equals the full forward.
+"""
+
+import re
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from posenc_jax.model.transformer import Transformer, TransformerConfig, init_cache
+
+L = 4096
+KERNEL_CALL = {"cuda": "__gpu$xla.gpu.triton", "tpu": "tpu_custom_call"}
+
+
+def lowered(attention, encoding, platform, dense_backend=None, length=L):
+    """Text of the lowered train-step gradient (abstract model: nothing is allocated)."""
+    cfg = TransformerConfig(vocab_size=64, num_layers=1, embed_dim=64, num_heads=4,
+                            num_kv_heads=2, mlp_dim=64, encoding=encoding, dtype="bfloat16",
+                            attention=attention, dense_backend=dense_backend)
+    graphdef, state = nnx.split(nnx.eval_shape(lambda: Transformer(cfg, rngs=nnx.Rngs(0))))
+
+    def loss(state, tokens):
+        return jnp.mean(nnx.merge(graphdef, state)(tokens).astype(jnp.float32))
+
+    tokens = jax.ShapeDtypeStruct((1, length), jnp.int32)
+    return jax.jit(jax.value_and_grad(loss)).trace(state, tokens).lower(
+        lowering_platforms=(platform,)).as_text()
+
+
+def square_tensors(text: str, length: int = L) -> int:
+    return len(re.findall(rf"(?<![0-9]){length}x{length}x", text))
+
+
+@pytest.mark.parametrize("platform", ["cuda", "tpu"])
+@pytest.mark.parametrize("encoding", ["rope", "t5"])
+def test_kernel_lowering_has_its_custom_call_and_no_square_tensor(platform, encoding):
+    text = lowered("pallas", encoding, platform)
+    assert KERNEL_CALL[platform] in text
+    for kernel in ("fwd", "dq", "dkv"):
+        assert f"posenc_flash_{kernel}_kernel" in text
+    assert square_tensors(text) == 0
+
+
+def test_dense_materialises_square_tensors_and_blockwise_does_not():
+    assert square_tensors(lowered("dense", "alibi", "cuda")) > 10
+    assert square_tensors(lowered("blockwise", "alibi", "cuda")) == 0
+
+
+def test_cudnn_rope_uses_the_fused_causal_kernel_without_a_square_bias(monkeypatch):
+    """Cross-lowering cuDNN attention needs jax to believe cuDNN 9.10 on sm_90 is present:
+    its version probes are patched (private jax API, test only; nothing runs)."""
+    from jax._src.cudnn import fused_attention_stablehlo as fa
+
+    monkeypatch.setattr(fa, "check_cudnn_version", lambda: 91000)
+    monkeypatch.setattr(fa, "check_compute_capability", lambda capability: True)
+    monkeypatch.setattr(fa, "is_cuda_compute_capability_equal", lambda capability: False)
+    text = lowered("dense", "rope", "cuda", dense_backend="cudnn")
+    assert "__cudnn$fmhaSoftmax" in text and square_tensors(text) == 0
+    assert square_tensors(lowered("dense", "alibi", "cuda", dense_backend="cudnn")) > 0
+
+
+def test_decode_with_the_kernel_equals_the_full_forward():
+    cfg = TransformerConfig(vocab_size=32, num_layers=1, embed_dim=32, num_heads=4,
+                            num_kv_heads=2, mlp_dim=32, encoding="rope", attention="pallas",
+                            block_size=16)
+    model = Transformer(cfg, rngs=nnx.Rngs(0))
+    tokens = jax.random.randint(jax.random.key(1), (2, 9), 0, 32)
+    full = nnx.jit(lambda m, t: m(t))(model, tokens)
+    step = nnx.jit(lambda m, t, c: m(t, cache=c))
+    cache = init_cache(model, 2, 16)
+    first, cache = step(model, tokens[:, :8], cache)
+    last, cache = step(model, tokens[:, 8:], cache)
+    np.testing.assert_allclose(jnp.concatenate([first, last], 1), full, atol=2e-5)
