@@ -1,12 +1,24 @@
 """The length-extrapolation study on this machine's CPU (`python -m train.study`).
 
-Trains sinusoidal, learned, RoPE, ALiBi, T5 bias, Shaw and NoPE models at L = 64 on the
-bundled Python-stdlib byte corpus, everything else identical, and evaluates each at L/2 .. 16L
-(32 .. 1024 tokens), RoPE also with every scaling method past L. Sized to finish in about
-15 minutes on 2 CPU cores (see README for the measured time).
+Trains one model per registered encoding at L = 64 on the bundled Python-stdlib byte corpus,
+everything else identical, and evaluates each at L/2 .. 16L (32 .. 1024 tokens), RoPE also
+with every scaling method past L; fine-tunes RoPE at 4L with each context-extension method;
+trains one passkey-retrieval model per encoding and scores it at L .. 8L. Sized to finish in
+about 15 minutes on 2 CPU cores for one seed (see README for the measured time).
 
 Keys:
-  encodings          comma-separated registry names (`--config.encodings=rope,alibi`)
+  encodings          comma-separated registry names (`--config.encodings=rope,alibi`), or
+                     'all': every registered encoding, those in `encoding_order` first
+  encoding_order     the order of 'all' (names not registered are skipped)
+  seeds              comma-separated train seeds ('0,1,2'; '': train.seed): every model once
+                     per seed (names get '.s<seed>' except train.seed's); the
+                     tables show the median and min-max, the figures min-max bars
+  finetune           scalings (methods, 'none' = continued pretraining; '' for no fine-tuning),
+                     length ('4L'), fraction (of the pretraining steps): see
+                     `train.study.extension`
+  passkey            enabled, lengths, trials, eval_seed, steps, batch_size, min_len,
+                     num_examples, finetune_steps: see `train.study.extension`
+  claims             <label>: the seed chapter's "supported length" claim, shown beside ours
   scalings           RoPE scaling methods evaluated past L: linear, ntk, dynamic, yarn,
                      llama3, longrope ('' for none); factor = eval_len / L
   scaling_overrides  <method>: keys replacing the method's stretch rule (its record in
@@ -33,7 +45,21 @@ from configs import default
 
 def get_config():
     config = ml_collections.ConfigDict()
-    config.encodings = "sinusoidal,learned,rope,alibi,t5,shaw,nope"
+    config.encodings = "all"
+    config.encoding_order = ("sinusoidal,learned,rope,alibi,t5,shaw,nope,kerple,sandwich,fire,"
+                             "xpos,cope")
+    config.seeds = ""   # "": config.train.seed alone
+    config.finetune = ml_collections.ConfigDict({
+        "scalings": "none,linear,ntk,yarn,longrope,llama3",  # dynamic: inference-time only
+        "length": "4L", "fraction": 0.1})
+    config.passkey = ml_collections.ConfigDict({
+        "enabled": True, "lengths": "L,2L,4L,8L", "trials": 32, "eval_seed": 0, "steps": 600,
+        "batch_size": 32, "min_len": 20, "num_examples": 20000, "finetune_steps": 60})
+    config.claims = ml_collections.ConfigDict({   # the seed chapter's table
+        "rope": "any, after continued pretraining",
+        "rope+linear": "2-4x, fine-tuning recommended",
+        "rope+ntk": "4-8x, fine-tuning recommended",
+        "rope+yarn": "8-16x, fine-tuning recommended"})
     config.scalings = "linear,ntk,dynamic,yarn,llama3,longrope"
     config.scaling_overrides = ml_collections.ConfigDict()
     config.eval_lengths = "L/2,L,2L,4L,8L,16L"

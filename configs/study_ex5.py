@@ -51,10 +51,9 @@ def get_config(arg: str = ""):
 
 
 def _disable_v2_jobs(config) -> None:
-    """No fine-tuning or passkey jobs (keys that exist only once study v2 has them)."""
-    for key in ("finetune_scalings", "passkey_encodings"):
-        if key in config:
-            config[key] = ""
+    """Perplexity only: no fine-tuning, no passkey models."""
+    config.finetune.scalings = ""
+    config.passkey.enabled = False
 
 
 def shrink_for_cpu(config) -> None:

@@ -1,7 +1,8 @@
 """Tests for the length-extrapolation study (train.study: plan, runner, report).
 
 One tiny study (configs/study_tiny.py: RoPE and learned, 3 steps, eval at L and 2L, RoPE+YaRN
-at 2L) runs once per module into a tmp workdir; the other tests read its outputs, rerun it
+at 2L, RoPE fine-tuned at 2L with YaRN, and a passkey model per encoding)
+runs once per module into a tmp workdir; the other tests read its outputs, rerun it
 with training and evaluation forbidden, or break its config and check that `make_plan`
 raises before anything is trained; the plan is a pure function of the config.
 """
@@ -22,7 +23,7 @@ from ml_collections import config_flags  # noqa: F401  (the CLI's dependency)
 from posenc_jax.encodings import rope_scaling
 from train import evaluation, trainer
 from train.runtime import Runtime
-from train.study import files, plot, runner, scalings, table
+from train.study import aggregate, figures, files, runner, scalings, table
 from train.study import plan as study_plan
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -88,29 +89,46 @@ def test_tiny_study_writes_every_output_well_formed(finished):
         assert tuple(reader.fieldnames[:7]) == ("encoding", "scaling", "train_len", "eval_len",
                                                 "loss", "ppl", "tokens")
         table = list(reader)
-    got = {(r["encoding"], r["scaling"], int(r["eval_len"])) for r in table}
-    assert got == {("rope", "none", 16), ("rope", "none", 32), ("rope", "yarn", 32),
-                   ("learned", "none", 16), ("learned", "none", 32)}
-    assert len(table) == len(rows) == 5
+    got = {(r["encoding"], r["scaling"], int(r["finetune_steps"]), int(r["finetune_len"]),
+            int(r["eval_len"])) for r in table}
+    assert got == {("rope", "none", 0, 0, 24), ("rope", "none", 0, 0, 48),
+                   ("rope", "yarn", 0, 0, 48), ("learned", "none", 0, 0, 24),
+                   ("learned", "none", 0, 0, 48), ("rope", "yarn", 2, 48, 24),
+                   ("rope", "yarn", 2, 48, 48)}
+    assert len(table) == len(rows) == 7
     for r in table:
-        assert int(r["train_len"]) == 16
-        if (r["encoding"], r["eval_len"]) == ("learned", "32"):  # past the table: n/a, kept
+        assert int(r["train_len"]) == 24 and int(r["seed"]) == 0
+        if (r["encoding"], r["eval_len"]) == ("learned", "48"):  # past the table: n/a, kept
             assert r["loss"] == r["ppl"] == "" and int(r["tokens"]) == 0
-            assert "max_len=16" in r["note"]
+            assert "max_len=24" in r["note"]
         else:
             loss, ppl = float(r["loss"]), float(r["ppl"])
             assert 0 < loss < 10 and math.isclose(ppl, math.exp(loss), rel_tol=1e-4)
-            assert int(r["tokens"]) == 256 and r["note"] == ""
+            assert int(r["tokens"]) == 288 and r["note"] == ""
+    with open(os.path.join(workdir, "passkey.csv"), newline="") as f:
+        reader = csv.DictReader(f)
+        assert tuple(reader.fieldnames[:7]) == ("encoding", "scaling", "finetune_steps",
+                                                "train_len", "eval_len", "accuracy", "trials")
+        keys = list(reader)
+    assert {(r["encoding"], r["scaling"], r["finetune_steps"], r["eval_len"]) for r in keys} == {
+        ("rope", "none", "0", "24"), ("rope", "none", "0", "48"), ("rope", "yarn", "0", "48"),
+        ("rope", "yarn", "1", "24"), ("rope", "yarn", "1", "48"), ("learned", "none", "0", "24"),
+        ("learned", "none", "0", "48")}
+    for r in keys:
+        assert r["trials"] == "8" and (r["accuracy"] == "" if r["note"] else
+                                       0 <= float(r["accuracy"]) <= 1)
     report = pathlib.Path(workdir, "report.md").read_text()
-    assert "| model | 16 (= L) | 32 |" in report
-    for line in ("| `rope` |", "| `rope+yarn` | — |", "| `learned` |"):
+    assert "| model | 24 (= L) | 48 |" in report
+    for line in ("| `rope` |", "| `rope+yarn` | — |", "| `learned` |", "| `rope+yarn ft@48` |", "## Supported length", "## Passkey retrieval",
+                 "| `rope+yarn` | 8-16x, fine-tuning recommended |", "(ft@48, 2 steps)"):
         assert line in report
     assert "n/a" in report and "## Machine" in report and "jax " in report
     assert '"sha256"' in report and "## Timings" in report and "1. 20" in report
-    png = pathlib.Path(workdir, "extrapolation.png").read_bytes()
-    assert png[:8] == PNG_MAGIC and len(png) > 10_000
     import matplotlib.image
-    assert matplotlib.image.imread(os.path.join(workdir, "extrapolation.png")).ndim == 3
+    for name in ("extrapolation.png", "passkey.png"):
+        png = pathlib.Path(workdir, name).read_bytes()
+        assert png[:8] == PNG_MAGIC and len(png) > 10_000
+        assert matplotlib.image.imread(os.path.join(workdir, name)).ndim == 3
 
 
 def test_a_rerun_reuses_trainings_and_evaluations(finished, forbid_work, runtime):
@@ -125,7 +143,7 @@ def test_a_rerun_reuses_trainings_and_evaluations(finished, forbid_work, runtime
 
 def test_a_lost_evaluation_is_redone_alone(finished, monkeypatch, runtime):
     workdir, rows, config = finished
-    lost = pathlib.Path(workdir, "evals", "rope+yarn@32.json")
+    lost = pathlib.Path(workdir, "evals", "rope+yarn@48.json")
     old = json.loads(lost.read_text())
     lost.unlink()
     calls = []
@@ -135,7 +153,7 @@ def test_a_lost_evaluation_is_redone_alone(finished, monkeypatch, runtime):
     monkeypatch.setattr(evaluation, "evaluate_params",
                         lambda *a, **k: calls.append(k["seq_len"]) or real(*a, **k))
     again = runner.run(config, workdir, progress=False, runtime=runtime)
-    assert calls == [32]
+    assert calls == [48]
     new = json.loads(lost.read_text())
     assert math.isclose(new["loss"], old["loss"], rel_tol=1e-6)
     assert len(again) == len(rows)
@@ -157,10 +175,10 @@ def test_a_different_train_config_in_the_same_workdir_is_refused(finished, forbi
     ("encodings", "rope,rope", r"names an entry twice"),
     ("scalings", "yarn,magic", r"unknown scaling 'magic'; valid: 'linear', 'ntk', 'dynamic'"),
     ("eval_lengths", "L,0", r"eval length '0' must be a positive"),
-    ("eval_lengths", "L,L/3", r"eval length 'L/3' is not a whole number of tokens for L=16"),
+    ("eval_lengths", "L,L/5", r"eval length 'L/5' is not a whole number of tokens for L=24"),
     ("eval_lengths", "L,long", r"eval length 'long'.*must be a positive int or a multiple"),
-    ("eval_lengths", "L,512", r"\[512\] exceed config.eval_num_tokens=256.*zero full windows"),
-    ("max_eval_memory_gb", 1e-6, r"eval length 16 with blockwise attention needs about .* GiB"),
+    ("eval_lengths", "L,512", r"\[512\] exceed config.eval_num_tokens=288.*zero full windows"),
+    ("max_eval_memory_gb", 1e-6, r"eval length 24 with blockwise attention needs about .* GiB"),
     ("eval_attention", "sparse", r"unknown config.eval_attention 'sparse'; valid: '', 'dense'"),
     ("eval_num_tokens", 10**9, r"eval_num_tokens=1000000000 must be < the \d+ tokens"),
 ])
@@ -176,7 +194,7 @@ def test_bad_config_raises_before_any_training(tiny, tmp_path, forbid_work, key,
 
 def test_a_learned_table_shorter_than_L_is_refused(tiny, tmp_path, forbid_work):
     tiny.encoding_kwargs.learned.max_len = 8
-    with pytest.raises(ValueError, match=r"'learned' has max_len=8 < the training length L=16"):
+    with pytest.raises(ValueError, match=r"'learned' has max_len=8 < the training length L=24"):
         runner.run(tiny, str(tmp_path), progress=False)
 
 
@@ -235,16 +253,34 @@ def test_default_config_plans_the_full_study(data_dir):
     plan_cfg.train.dataset.data_dir = data_dir
     plan_cfg.eval_num_tokens = 2048
     plan = study_plan.make_plan(plan_cfg, "/nonexistent/study")
-    assert plan.encodings == ("sinusoidal", "learned", "rope", "alibi", "t5", "shaw", "nope")
-    assert plan.eval_lens == (32, 64, 128, 256, 512, 1024)
-    evals = plan.of_kind("eval")
-    assert len(evals) == 7 * 6 + 6 * 4
+    import posenc_jax
+
+    assert plan.encodings[:7] == ("sinusoidal", "learned", "rope", "alibi", "t5", "shaw", "nope")
+    assert set(plan.encodings) == set(posenc_jax.names())  # 'all': every registered encoding
+    assert plan.eval_lens == (32, 64, 128, 256, 512, 1024) and plan.seeds == (0,)
+    n, scaled = len(plan.encodings), _scaled(plan)
+    evals, keys = plan.of_kind("eval"), plan.of_kind("passkey")
+    assert len(evals) == n * 6 + scaled * (6 * 4 + 6 * 6)  # + 6 fine-tunes x 6 lengths
+    assert len(keys) == n * 4 + scaled * (6 * 3 + 6 * 4)
     assert sum(1 for i in evals if i.note) == 4  # learned at 128 .. 1024
-    assert {j.encoding for j in evals if j.scaling != "none"} == {"rope"}
+    assert sum(1 for i in keys if i.note) == 3  # learned at 128 .. 512
+    assert len(plan.of_kind("train")) == 2 * n and len(plan.of_kind("finetune")) == 12 * scaled
     models = {(c.model.to_dict()["num_layers"], c.seed, c.num_train_steps, c.seq_len)
-              for c in plan.train_configs.values()}
+              for m, c in plan.train_configs.items() if m in plan.encodings}
     assert len(models) == 1  # everything but the encoding is shared
     assert plan.train_configs["learned"].model.encoding_kwargs.max_len == 64
+    tuned = plan.train_configs["rope.ft-yarn"].to_dict()
+    base = plan.train_configs["rope"].to_dict()
+    assert {k for k in base if base[k] != tuned[k]} == {"seq_len", "num_train_steps", "model"}
+    assert (tuned["seq_len"], tuned["num_train_steps"]) == (256, 660)
+    assert tuned["model"]["encoding_kwargs"]["scaling"]["factor"] == 4.0
+    assert plan.train_configs["rope.passkey"].dataset.packed
+
+
+def _scaled(plan) -> int:
+    """How many encodings of the plan take a RoPE scaling."""
+    return sum(scalings.takes_scaling(plan.model_configs[e].layer_encoding(0))
+               for e in plan.encodings)
 
 
 _FILE_EVENTS = ("open", "os.mkdir", "os.listdir", "os.scandir", "os.remove", "os.rename",
@@ -301,7 +337,9 @@ def test_the_plan_is_a_pure_function_of_the_config(monkeypatch, tmp_path, file_e
     assert events == []
     assert len(jax.live_arrays()) == live
     assert a.jobs == b.jobs and hash(a.jobs) == hash(b.jobs)
-    assert [j.kind for j in a.jobs].count("train") == 7 and len(a.jobs) == 7 + 7 * 6 + 6 * 4
+    n, scaled = len(a.encodings), _scaled(a)
+    assert [j.kind for j in a.jobs].count("train") == 2 * n
+    assert len(a.jobs) == 2 * n + 12 * scaled + len(a.of_kind("eval")) + len(a.of_kind("passkey"))
     assert len({j.name for j in a.jobs}) == len(a.jobs)  # every job has its own result file
     assert config.to_dict() == before  # the config is not changed
     assert list(tmp_path.iterdir()) == []  # neither the workdir nor the data dir was made
@@ -317,18 +355,19 @@ def test_the_plan_reads_what_each_encoding_declares(tiny, tmp_path):
     evaluations past its positions are n/a; length kwargs come from the config."""
     tiny.encodings = "rope,learned,alibi"
     tiny.length_kwargs.learned = ""
-    tiny.encoding_kwargs.learned.max_len = 24  # between L=16 and 2L=32
+    tiny.encoding_kwargs.learned.max_len = 36  # between L=24 and 2L=48
     plan = study_plan.make_plan(tiny, str(tmp_path))
     evals = plan.of_kind("eval")
     assert {(j.encoding, j.scaling) for j in evals if j.scaling != "none"} == {("rope", "yarn")}
+    assert {j.model for j in plan.of_kind("finetune")} == {"rope.ft-yarn", "rope.passkey.ft-yarn"}
     assert [(j.eval_len, bool(j.note)) for j in evals if j.encoding == "learned"] == [
-        (16, False), (32, True)]
-    assert "max_len=24" in next(j.note for j in evals if j.note)
-    assert plan.train_configs["learned"].model.encoding_kwargs.to_dict() == {"max_len": 24}
+        (24, False), (48, True)]
+    assert "max_len=36" in next(j.note for j in evals if j.note)
+    assert plan.train_configs["learned"].model.encoding_kwargs.to_dict() == {"max_len": 36}
     tiny.encoding_kwargs.learned = {}
     tiny.length_kwargs.learned = "max_len"
     assert study_plan.make_plan(tiny, str(tmp_path)).train_configs[
-        "learned"].model.encoding_kwargs.to_dict() == {"max_len": 16}
+        "learned"].model.encoding_kwargs.to_dict() == {"max_len": 24}
 
 
 def test_the_runtime_owns_every_cache_and_bounds_it(data_dir):
@@ -365,12 +404,103 @@ def test_report_table_csv_roundtrip_and_noise(tmp_path):
     files.write_text(path, table.csv_text(rows))
     back = table.read_csv(path)
     assert [r["ppl"] for r in back if not math.isnan(r["ppl"])] == [5.0, 4.0, 3.9, 5.0, 4.1]
-    md = table.table(back, train_len=16, order=["learned", "alibi"])
+    assert all(r["finetune_steps"] == r["finetune_len"] == r["seed"] == 0 for r in back)
+    md = aggregate.value_table(aggregate.over_seeds(back, "ppl"), train_len=16,
+                               order=["learned", "alibi"])
     assert md.splitlines()[0] == "| model | 8 | 16 (= L) | 32 |"
     assert md.splitlines()[2] == "| `learned` | 5.00 | 4.10 | n/a |"
     other = [dict(r, ppl=r["ppl"] * 1.1) for r in rows]
     noise = table.noise(rows, other)
     assert "| `alibi` | +10.0% | +10.0% | +10.0% |" in noise
     assert "| `learned` | +10.0% | +10.0% | — |" in noise
-    plot.plot(str(tmp_path / "p.png"), back, train_len=16)
+    figures.perplexity_figure(str(tmp_path / "p.png"), aggregate.over_seeds(back, "ppl"),
+                              train_len=16)
     assert (tmp_path / "p.png").read_bytes()[:8] == PNG_MAGIC
+
+
+def _curve(encoding, scaling, ppls, *, seed=0, steps=0, lengths=(16, 32, 64, 128)):
+    return [{"encoding": encoding, "scaling": scaling, "finetune_steps": steps,
+             "finetune_len": 64 if steps else 0, "seed": seed, "train_len": 16, "eval_len": n,
+             "ppl": p, "loss": math.log(p)} for n, p in zip(lengths, ppls)]
+
+
+def test_seeds_give_medians_and_ranges_and_supported_lengths():
+    rows = (_curve("rope", "none", [4.0, 4.3, 9.0, 20.0], seed=0)
+            + _curve("rope", "none", [5.0, 5.2, 5.4, 20.0], seed=1)
+            + _curve("rope", "none", [4.5, 4.6, 8.0, 20.0], seed=2)
+            + _curve("rope", "yarn", [4.3, 4.35, 4.9], seed=0, lengths=(32, 64, 128))
+            + _curve("rope", "yarn", [4.1, 4.2, 4.3, 4.3], seed=0, steps=10))
+    stats = aggregate.over_seeds(rows, "ppl")
+    cell = stats[(("rope", "none", 0, 0), 32)]
+    assert (cell.median, cell.low, cell.high, cell.seeds) == (4.6, 4.3, 5.2, (0, 1, 2))
+    assert cell.cell() == "4.60 (4.30-5.20)" and stats[(("rope", "yarn", 0, 0), 32)].cell() \
+        == "4.30"
+    sup = aggregate.supported(rows, train_len=16)
+    # seed 0: 4.3 <= 4.4 at 2L, 9 > 4.4 at 4L -> 2x; seed 1: 5.4 <= 5.5 -> 4x; seed 2: 2x
+    assert sup[("rope", "none", 0, 0)] == aggregate.Spread(2.0, 2.0, 4.0, (0, 1, 2))
+    assert sup[("rope", "yarn", 0, 0)].median == 4  # 4.9 > 4.4 at 8L; L is the identity
+    assert sup[("rope", "yarn", 10, 64)].median == 8  # fine-tuned: judged against seed 0's L
+    md = aggregate.supported_table(rows, train_len=16, order=["rope"],
+                                   claims={"rope+yarn": "8-16x"})
+    assert "| `rope+yarn` | 8-16x | 4x | 8x (ft@64, 10 steps) |" in md
+    assert "| `rope` | — | 2x (2-4x) | — |" in md
+    assert aggregate.supported_multiple({16: 5.0, 32: math.nan}, ref=5.0, train_len=16) == 1
+
+
+def test_flat_perplexity_but_no_retrieval_is_named():
+    ppl = _curve("alibi", "none", [4.0, 4.0, 4.1, 4.1]) + _curve("rope", "none", [4, 5, 9, 20])
+    keys = [dict(r, accuracy=a, trials=8) for r, a in zip(
+        _curve("alibi", "none", [1, 1, 1], lengths=(16, 32, 128)), (0.9, 0.3, 0.0))]
+    keys += [dict(r, accuracy=a, trials=8) for r, a in zip(
+        _curve("rope", "none", [1, 1, 1], lengths=(16, 32, 128)), (1.0, 0.2, 0.0))]
+    md, blind = aggregate.flat_but_blind(ppl, keys, train_len=16, order=["rope", "alibi"])
+    assert blind == ["alibi"]  # rope's perplexity is not flat: it is not 'blind but flat'
+    assert "| `alibi` | 1.02 | 0.90 | 0.30 | 0.00 |" in md
+
+
+@pytest.mark.parametrize("key, value, error, message", [
+    ("seeds", "0,x", TypeError, r"config.seeds must be an int, got config.seeds='x'"),
+    ("seeds", "1,1", ValueError, r"config.seeds='1,1' names a seed twice"),
+    ("finetune.scalings", "none,magic", ValueError,
+     r"unknown finetune.scaling 'magic'; valid: 'none', 'linear'"),
+    ("finetune.length", "L", ValueError, r"config.finetune.length='L' = 24 must exceed L=24"),
+    ("passkey.min_len", 5, ValueError, r"config.passkey.min_len must be >= 20, got .*=5"),
+    ("passkey.lengths", "L/2,L", ValueError,
+     r"config.passkey.lengths has 12 < config.passkey.min_len=20"),
+])
+def test_bad_extension_config_raises_before_any_training(tiny, tmp_path, forbid_work, key,
+                                                         value, error, message):
+    block, _, name = key.rpartition(".")
+    (tiny[block] if block else tiny)[name] = value
+    with pytest.raises(error, match=message):
+        runner.run(tiny, str(tmp_path), progress=False)
+    assert not any(p.is_dir() for p in tmp_path.iterdir())
+
+
+def test_seeds_multiply_the_models_and_keep_the_first_seeds_names(tiny, tmp_path):
+    tiny.seeds = "0,1"
+    plan = study_plan.make_plan(tiny, str(tmp_path))
+    trains = [j.model for j in plan.of_kind("train")]
+    assert trains == ["rope", "rope.passkey", "learned", "learned.passkey", "rope.s1",
+                      "rope.s1.passkey", "learned.s1", "learned.s1.passkey"]
+    assert plan.train_configs["rope.s1"].seed == 1 and plan.train_configs["rope"].seed == 0
+    assert {j.seed for j in plan.of_kind("eval") if j.model.startswith("rope.s1")} == {1}
+    assert len({j.name for j in plan.jobs}) == len(plan.jobs)
+
+
+def test_exercise_5_smoke_config_runs(data_dir, tmp_path, runtime):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("cfg_ex5", ROOT / "configs" / "study_ex5.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    full = study_plan.make_plan(module.get_config(), str(tmp_path / "full"))
+    assert full.encodings == ("sinusoidal", "rope", "alibi") and full.train_len == 512
+    assert full.eval_lens == (256, 512, 1024, 2048, 4096)
+    assert not full.of_kind("finetune") and not full.of_kind("passkey")
+    config = module.get_config("smoke")
+    config.encodings, config.scalings = "rope", ""
+    config.train.dataset.data_dir = data_dir
+    rows = runner.run(config, str(tmp_path / "smoke"), progress=False, runtime=runtime)
+    assert [r["eval_len"] for r in rows] == [16, 32, 64, 128, 256]
+    assert all(math.isfinite(r["ppl"]) for r in rows)

@@ -6,6 +6,8 @@
     <workdir>/results.csv               every result row          (written by `report`)
     <workdir>/report.md                 tables and method notes   (written by `report`)
     <workdir>/extrapolation.png         perplexity against length (written by `report`)
+    <workdir>/passkey.csv               every passkey row          (written by `report`)
+    <workdir>/passkey.png               passkey accuracy against length (`report`)
     <workdir>/timings.json              one record per invocation of the study
 
 Every write is atomic (a temporary file, then `os.replace`), so a killed study never leaves a
@@ -24,6 +26,8 @@ EVALS = "evals"
 RESULTS = "results.csv"
 REPORT = "report.md"
 PLOT = "extrapolation.png"
+PASSKEY = "passkey.csv"
+PASSKEY_PLOT = "passkey.png"
 TIMINGS = "timings.json"
 
 
@@ -47,6 +51,8 @@ class Workdir:
     results = property(lambda self: os.path.join(self.root, RESULTS))
     report = property(lambda self: os.path.join(self.root, REPORT))
     plot = property(lambda self: os.path.join(self.root, PLOT))
+    passkey = property(lambda self: os.path.join(self.root, PASSKEY))
+    passkey_plot = property(lambda self: os.path.join(self.root, PASSKEY_PLOT))
     timings = property(lambda self: os.path.join(self.root, TIMINGS))
 
 

@@ -21,12 +21,30 @@ import json
 from typing import Any, ClassVar
 
 NO_SCALING = "none"  # the `scaling` of an evaluation with the encoding as trained
+# Keys of the train config that do not change the trained weights (beyond float rounding).
+_NOT_FINGERPRINTED = ("log_every_steps", "checkpoint_every_steps", "checkpoints_to_keep",
+                      "async_checkpointing", "eval", "eval_every_steps", "mesh",
+                      "logical_axis_rules")
 
 
 def fingerprint(value: Any) -> str:
     """A short hash of a JSON-able value (keys sorted)."""
     text = json.dumps(value, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def train_fingerprint(cfg) -> str:
+    """What a training's weights depend on: its config minus logging and placement keys."""
+    return fingerprint({k: v for k, v in cfg.to_dict().items() if k not in _NOT_FINGERPRINTED})
+
+
+def flops_per_token(mc: Any, length_: int) -> float:
+    """Forward FLOPs per token at sequence length `length_` (dense attention computes the
+    full L x L score matrix)."""
+    e, h, k, d, f = mc.embed_dim, mc.num_heads, mc.num_kv_heads, mc.head_dim, mc.mlp_dim
+    per_layer = 2 * e * h * d + 2 * e * k * d + (3 if mc.mlp_activation == "swiglu" else 2) * e * f
+    return (2.0 * (mc.num_layers * per_layer + e * mc.vocab_size)
+            + 4.0 * mc.num_layers * length_ * h * d)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -52,15 +70,29 @@ class TrainJob(Job):
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
+class FinetuneJob(TrainJob):
+    """Train `model` with `plan.train_configs[model]` starting from `base`'s checkpoint at
+    `step` (`train.finetune`): the pretrained state is its first checkpoint."""
+
+    kind: ClassVar[str] = "finetune"
+    base: str
+    step: int
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class EvalJob(Job):
     """Evaluate the trained `model` at `eval_len`, rebuilt with `overrides` (a frozen dict of
-    TransformerConfig fields: a scaled encoding, the eval attention); `note` means n/a."""
+    TransformerConfig fields: a scaled encoding, the eval attention); `note` means n/a.
+    `finetune_steps`, `finetune_len`: how `model` was fine-tuned (0, 0: it was not)."""
 
     kind: ClassVar[str] = "eval"
     encoding: str
     scaling: str
     train_len: int
     eval_len: int
+    seed: int = 0
+    finetune_steps: int = 0
+    finetune_len: int = 0
     overrides: Any = ()
     note: str = ""
 
@@ -70,5 +102,20 @@ class EvalJob(Job):
 
     def row(self) -> dict[str, Any]:
         """The result row's identifying columns (results.csv adds loss, ppl, ...)."""
-        return {"encoding": self.encoding, "scaling": self.scaling, "train_len": self.train_len,
-                "eval_len": self.eval_len, "fingerprint": self.fingerprint}
+        return {"encoding": self.encoding, "scaling": self.scaling,
+                "finetune_steps": self.finetune_steps, "finetune_len": self.finetune_len,
+                "seed": self.seed, "train_len": self.train_len, "eval_len": self.eval_len,
+                "fingerprint": self.fingerprint}
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class PasskeyJob(EvalJob):
+    """Passkey retrieval of the trained `model` on `trials` documents of `eval_len` bytes
+    (`train.datasets.passkey.eval_set(eval_len, trials=, seed=eval_seed)`)."""
+
+    kind: ClassVar[str] = "passkey"
+    trials: int
+    eval_seed: int = 0
+
+    def row(self) -> dict[str, Any]:
+        return {**super().row(), "trials": self.trials}

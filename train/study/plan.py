@@ -27,16 +27,19 @@ import posenc_jax
 from posenc_jax import checks
 from posenc_jax.model.config import TransformerConfig, freeze
 from train import state
-from train.study import scalings
-from train.study.jobs import NO_SCALING, EvalJob, Job, TrainJob, fingerprint
+from train.study import extension, scalings
+from train.study.jobs import (
+    NO_SCALING,
+    EvalJob,
+    Job,
+    PasskeyJob,
+    TrainJob,
+    fingerprint,
+    flops_per_token,
+    train_fingerprint,
+)
 
 EVAL_ATTENTION = ("", "dense", "blockwise")
-# Keys of the train config that do not change the trained weights (beyond float rounding).
-_NOT_FINGERPRINTED = ("log_every_steps", "checkpoint_every_steps", "checkpoints_to_keep",
-                      "async_checkpointing", "eval", "eval_every_steps", "mesh",
-                      "logical_axis_rules")
-
-
 @dataclasses.dataclass(frozen=True)
 class Plan:
     """What a study config asks for: the models, their configs and the jobs, nothing run."""
@@ -45,6 +48,8 @@ class Plan:
     config: Any                                # the study ConfigDict, as given
     encodings: tuple[str, ...]
     scalings: tuple[str, ...]
+    seeds: tuple[int, ...]
+    settings: extension.Settings               # config.finetune, config.passkey
     train_len: int
     eval_lens: tuple[int, ...]
     eval_num_tokens: int
@@ -112,20 +117,35 @@ def parse_lengths(spec: Any, *, train_len: int) -> tuple[int, ...]:
     return tuple(sorted(out))
 
 
-def train_fingerprint(cfg) -> str:
-    return fingerprint({k: v for k, v in cfg.to_dict().items() if k not in _NOT_FINGERPRINTED})
+def encoding_names(config) -> tuple[str, ...]:
+    """config.encodings as names; 'all' is every registered encoding, those named in
+    config.encoding_order first (in that order), then the rest alphabetically."""
+    registered = posenc_jax.names()
+    if isinstance(config.encodings, str) and config.encodings.strip() == "all":
+        order = [n.strip() for n in str(config.get("encoding_order") or "").split(",")]
+        first = [n for n in order if n in registered]
+        return tuple(first + sorted(set(registered) - set(first)))
+    return parse_names(config.encodings, what="encodings", valid=registered)
 
 
-def flops_per_token(mc: TransformerConfig, length_: int) -> float:
-    """Forward FLOPs per token at sequence length `length_` (dense attention computes the
-    full L x L score matrix)."""
-    e, h, k, d, f = mc.embed_dim, mc.num_heads, mc.num_kv_heads, mc.head_dim, mc.mlp_dim
-    per_layer = 2 * e * h * d + 2 * e * k * d + (3 if mc.mlp_activation == "swiglu" else 2) * e * f
-    return (2.0 * (mc.num_layers * per_layer + e * mc.vocab_size)
-            + 4.0 * mc.num_layers * length_ * h * d)
+def parse_seeds(value: Any, *, default: int) -> tuple[int, ...]:
+    """config.seeds ('0,1,2', a sequence, or '' for `default`) -> distinct seeds >= 0."""
+    items = [x for x in (value.split(",") if isinstance(value, str) else
+                         [value] if isinstance(value, int) else list(value)) if str(x).strip()]
+    seeds = tuple(checks.integer("config.seeds", int(x) if str(x).strip().isdigit() else x,
+                                 minimum=0) for x in items) or (int(default),)
+    if len(set(seeds)) != len(seeds):
+        raise ValueError(f"config.seeds={value!r} names a seed twice")
+    return seeds
 
 
-def train_config(config, encoding: str, train_len: int):
+def model_name(encoding: str, seed: int, base_seed: int) -> str:
+    """A model's directory: the encoding, plus `.s<seed>` for seeds other than
+    config.train.seed (so a one-seed study keeps the names it always had)."""
+    return encoding if seed == base_seed else f"{encoding}.s{seed}"
+
+
+def train_config(config, encoding: str, train_len: int, *, seed: int | None = None):
     """`config.train` for one encoding: its kwargs from config.encoding_kwargs, the kwargs named
     in config.length_kwargs defaulting to L, no evaluation inside the trainer."""
     cfg = copy.deepcopy(config.train)
@@ -136,6 +156,8 @@ def train_config(config, encoding: str, train_len: int):
     with cfg.unlocked():
         cfg.model.encoding = encoding
         cfg.model.encoding_kwargs = ml_collections.ConfigDict(kwargs)
+        if seed is not None:
+            cfg.seed = int(seed)
         cfg.eval.lengths = ()
         cfg.eval_every_steps = 0
     return cfg
@@ -157,51 +179,70 @@ def _eval_overrides(config, model_config: TransformerConfig) -> dict[str, Any]:
     return out
 
 
-def _eval_jobs(config, model: str, cfg, mc: TransformerConfig, *, train_fp: str,
-               eval_lens, scaling_names, num_tokens: int) -> list[EvalJob]:
-    """Every evaluation of one model: plain at each length, then each scaling past L."""
-    train_len, max_pos = cfg.seq_len, mc.input_encoding.max_positions
-    common = {"model": model, "encoding": cfg.model.encoding, "train_len": train_len}
+@dataclasses.dataclass(frozen=True)
+class Scoring:
+    """What the evaluations of a model measure: `job` (EvalJob or PasskeyJob) with the job
+    fields `extra`, `key` (what the result depends on besides the model), and the tokens
+    scored at length n (`tokens_per_window` x windows), for the cost estimate."""
+
+    job: type
+    key: Mapping[str, Any]
+    extra: Mapping[str, Any]
+    windows: int = 0          # passkey: documents per length; 0: num_tokens // n windows
+    num_tokens: int = 0
+
+    def tokens(self, n: int) -> int:
+        return self.windows * n if self.windows else self.num_tokens
+
+
+def eval_jobs(config, model: str, cfg, mc: TransformerConfig, *, train_fp: str, lengths,
+              scaling_names, scoring: Scoring, seed: int, train_len: int,
+              tuned: tuple[str, int, int] | None = None) -> list[EvalJob]:
+    """Every evaluation of one model: plain at each length, then each scaling past L (the
+    pretraining length `train_len`). A fine-tuned model (`tuned` = (scaling, steps, length))
+    is evaluated only as it was tuned."""
+    max_pos = mc.input_encoding.max_positions
+    scaling, steps, ft_len = tuned or (NO_SCALING, 0, 0)
+    common = {"model": model, "encoding": cfg.model.encoding, "seed": seed,
+              "finetune_steps": steps, "finetune_len": ft_len, **scoring.extra}
     base = _eval_overrides(config, mc)
     jobs = []
-    for n in eval_lens:
+
+    def add(n, kwargs, note, method):
+        key = {"train": train_fp, "len": n, "scaling": kwargs, "note": note, **scoring.key}
+        jobs.append(scoring.job(**common, scaling=method, eval_len=n, note=note,
+                                train_len=train_len,
+                                overrides=freeze({**base, **({"encoding_kwargs": kwargs}
+                                                             if kwargs else {})}),
+                                fingerprint=fingerprint(key),
+                                flops=0.0 if note else flops_per_token(mc, n) * scoring.tokens(n),
+                                compiles=0 if note else 1))
+
+    for n in lengths:
         note = "" if max_pos is None or n <= max_pos else (
             f"n/a (positions >= max_len={max_pos}: the {cfg.model.encoding} table has no rows "
             "for them)")
-        jobs.append(EvalJob(**common, scaling=NO_SCALING, eval_len=n, note=note,
-                            overrides=freeze(base), fingerprint=fingerprint(
-                                _eval_key(train_fp, n, None, num_tokens, config, note)),
-                            flops=0.0 if note else flops_per_token(mc, n) * num_tokens,
-                            compiles=0 if note else 1))
-    if not scalings.takes_scaling(mc.layer_encoding(0)):
+        add(n, None, note, scaling)
+    if tuned is not None or not scalings.takes_scaling(mc.layer_encoding(0)):
         return jobs
     rotary_dim = mc.layer_encoding(0).rotary_dim
     base_kwargs = dict(cfg.model.encoding_kwargs.to_dict())
     for method in scaling_names:
         over = dict((config.get("scaling_overrides") or {}).get(method, None) or {})
-        for n in (n for n in eval_lens if n > train_len):
+        for n in (n for n in lengths if n > train_len):
             sc = scalings.scaling_config(method, factor=n / train_len, train_len=train_len,
                                          rotary_dim=rotary_dim, overrides=over)
             kwargs = {**base_kwargs, "scaling": sc}
             state.transformer_config(cfg.model, encoding_kwargs=kwargs)  # checks it
-            jobs.append(EvalJob(**common, scaling=method, eval_len=n,
-                                overrides=freeze({**base, "encoding_kwargs": kwargs}),
-                                fingerprint=fingerprint(
-                                    _eval_key(train_fp, n, kwargs, num_tokens, config, "")),
-                                flops=flops_per_token(mc, n) * num_tokens, compiles=1))
+            add(n, kwargs, "", method)
     return jobs
-
-
-def _eval_key(train_fp, n, kwargs, num_tokens, config, note) -> dict:
-    return {"train": train_fp, "len": n, "scaling": kwargs, "tokens": num_tokens,
-            "split": config.eval_split, "note": note}
 
 
 def make_plan(config, workdir: str) -> Plan:
     """Checks `config` (a study ConfigDict) and lists the jobs. Pure: see the module docstring."""
     if not isinstance(workdir, str) or not workdir:
         raise ValueError(f"workdir must be a non-empty path, got workdir={workdir!r}")
-    encodings = parse_names(config.encodings, what="encodings", valid=posenc_jax.names())
+    encodings = encoding_names(config)
     if not encodings:
         raise ValueError(f"config.encodings={config.encodings!r} names no encoding; valid "
                          f"names are: {', '.join(posenc_jax.names())}")
@@ -215,21 +256,51 @@ def make_plan(config, workdir: str) -> Plan:
                          "they would have zero full windows; raise eval_num_tokens or drop them")
     checks.one_of("config.eval_attention", config.get("eval_attention") or "", EVAL_ATTENTION)
 
+    ext = extension.settings(config, train_len=train_len, parse_names=parse_names,
+                             length=length)
+    seeds = parse_seeds(config.get("seeds", ""), default=config.train.seed)
+    ft_steps = max(1, round(ext.ft_fraction * config.train.num_train_steps))
+    lm = Scoring(job=EvalJob, key={"tokens": num_tokens, "split": config.eval_split}, extra={},
+                 num_tokens=num_tokens)
+    pk = Scoring(job=PasskeyJob, key={"trials": ext.pk_trials, "eval_seed": ext.pk_eval_seed,
+                                      "digits": extension.PASSKEY_DIGITS},
+                 extra={"trials": ext.pk_trials, "eval_seed": ext.pk_eval_seed},
+                 windows=ext.pk_trials)
     train_configs, model_configs, jobs = {}, {}, []
-    for enc in encodings:
-        cfg = train_config(config, enc, train_len)
+
+    def add(job, cfg, scoring, lengths, *, tuned=None, zero_shot=scaling_names):
         mc = state.transformer_config(cfg.model)
-        max_pos = mc.input_encoding.max_positions
-        if max_pos is not None and max_pos < train_len:
-            raise ValueError(f"encoding {enc!r} has max_len={max_pos} < the training length "
-                             f"L={train_len}: it cannot be trained at L")
-        train_configs[enc], model_configs[enc] = cfg, mc
-        job = _train_job(enc, cfg, mc)
+        train_configs[job.model], model_configs[job.model] = cfg, mc
         jobs.append(job)
-        jobs += _eval_jobs(config, enc, cfg, mc, train_fp=job.fingerprint, eval_lens=eval_lens,
-                           scaling_names=scaling_names, num_tokens=num_tokens)
+        jobs.extend(eval_jobs(config, job.model, cfg, mc, train_fp=job.fingerprint,
+                              lengths=lengths, scaling_names=zero_shot, scoring=scoring,
+                              seed=cfg.seed, train_len=train_len, tuned=tuned))
+        return mc
+
+    for seed in seeds:
+        for enc in encodings:
+            cfg = train_config(config, enc, train_len, seed=seed)
+            mc = state.transformer_config(cfg.model)
+            max_pos = mc.input_encoding.max_positions
+            if max_pos is not None and max_pos < train_len:
+                raise ValueError(f"encoding {enc!r} has max_len={max_pos} < the training "
+                                 f"length L={train_len}: it cannot be trained at L")
+            models = [(_train_job(model_name(enc, seed, config.train.seed), cfg, mc), cfg, lm,
+                       eval_lens, ft_steps, None)]
+            if ext.passkey:
+                pk_cfg = extension.passkey_config(cfg, ext, max_len=train_len)
+                models.append((_train_job(f"{models[0][0].model}.passkey", pk_cfg, mc), pk_cfg,
+                               pk, ext.pk_lengths, ext.pk_ft_steps, ext.ft_len))
+            for job, base_cfg, scoring, lengths, steps, max_len in models:
+                add(job, base_cfg, scoring, lengths)
+                for name, method, ft_cfg, ft_job in extension.finetunes(
+                        config, ext, model=job.model, cfg=base_cfg, mc=mc,
+                        base_fp=job.fingerprint, steps=steps, max_len=max_len):
+                    add(ft_job, ft_cfg, scoring, lengths, tuned=(method, steps, ext.ft_len),
+                        zero_shot=())
     return Plan(workdir=os.path.abspath(workdir), config=config, encodings=encodings,
-                scalings=scaling_names, train_len=train_len, eval_lens=eval_lens,
+                scalings=scaling_names, seeds=seeds, settings=ext, train_len=train_len,
+                eval_lens=eval_lens,
                 eval_num_tokens=num_tokens, train_configs=train_configs,
                 model_configs=model_configs, jobs=tuple(jobs))
 

@@ -1,8 +1,8 @@
 """The study's report: every output file and every line of text it shows.
 
-    write_all(plan, workdir, rows=..., results=..., invocation=..., corpus=...)
-        results.csv, report.md, extrapolation.png and timings.json (names: `files`)
-    write_results(workdir, rows)   results.csv alone (the runner saves partial results)
+    write_all(plan, workdir, rows=..., passkey_rows=..., results=..., invocation=..., corpus=...)
+        results.csv, passkey.csv, report.md, extrapolation.png, passkey.png and timings.json
+    write_results(workdir, rows, passkey_rows)   the CSVs alone (partial results, mid-run)
     summary(plan, todo), describe(job, result)   the console lines
 
     python -m train.study.report --a=runs/study --b=runs/study_seed1   # seed-to-seed noise
@@ -21,30 +21,33 @@ import jax
 from absl import flags
 
 from posenc_jax.model.config import thaw
-from train.study import files, table
-from train.study.jobs import NO_SCALING, EvalJob, Job, TrainJob
+from train.study import aggregate, extension, figures, files, table
+from train.study.jobs import NO_SCALING, EvalJob, FinetuneJob, Job, PasskeyJob, TrainJob
 from train.study.plan import Plan
-from train.study.plot import plot
 
 
 def summary(plan: Plan, todo: Sequence[Job]) -> str:
     """One line: what the plan holds, what is left to do, the estimated time."""
-    trains = [j for j in todo if j.kind == TrainJob.kind]
-    evals = [j for j in todo if j.kind == EvalJob.kind]
+    kinds = ("train", "finetune", "eval", "passkey")
+    left = {k: sum(1 for j in todo if j.kind == k) for k in kinds}
+    total = {k: len(plan.of_kind(k)) for k in kinds}
     est = sum(plan.estimate(j) for j in todo)
+    counts = ", ".join(f"{left[k]}/{total[k]} {k}" for k in kinds if total[k])
     return (f"study: {len(plan.encodings)} encodings ({', '.join(plan.encodings)}), "
-            f"L={plan.train_len}, eval lengths {list(plan.eval_lens)}, scalings "
-            f"{list(plan.scalings) or 'none'}; to do: {len(trains)} trainings, {len(evals)} "
-            f"evaluations (reused: {len(plan.of_kind(TrainJob.kind)) - len(trains)} trainings, "
-            f"{len(plan.of_kind(EvalJob.kind)) - len(evals)} evaluations); estimated "
-            f"{est / 60:.1f} min at {plan.config.estimate_gflops} GFLOP/s "
-            f"(config.estimate_gflops) -- an estimate, not a measurement")
+            f"seeds {list(plan.seeds)}, L={plan.train_len}, eval lengths "
+            f"{list(plan.eval_lens)}, scalings {list(plan.scalings) or 'none'}; to do "
+            f"(of all): {counts}; estimated {est / 60:.1f} min at "
+            f"{plan.config.estimate_gflops} GFLOP/s (config.estimate_gflops) -- an estimate, "
+            "not a measurement")
 
 
 def describe(job: Job, result: Any) -> str:
     """A few words on a finished job, for the progress bar."""
-    if job.kind == EvalJob.kind:
-        return f"{table.label(job.encoding, job.scaling)}@{job.eval_len} ppl={result['ppl']:.3f}"
+    if job.kind in (EvalJob.kind, PasskeyJob.kind):
+        name = table.label(job.encoding, job.scaling, job.finetune_len)
+        value = (f"ppl={result['ppl']:.3f}" if job.kind == EvalJob.kind
+                 else f"passkey={result['accuracy']:.2f}")
+        return f"{name}@{job.eval_len} {value}"
     return f"{job.kind} {job.model}"
 
 
@@ -67,11 +70,13 @@ def machine() -> str:
 
 
 def _timing_table(plan: Plan, results: Mapping[Job, Any], timings: dict) -> str:
-    lines = ["| encoding | train (s) | eval (s) |", "|---|---|---|"]
-    for job in plan.of_kind(TrainJob.kind):
+    lines = ["| model | train (s) | eval (s) |", "|---|---|---|"]
+    for job in plan.jobs:
+        if job.kind not in (TrainJob.kind, FinetuneJob.kind):
+            continue
         train_s = (results.get(job) or {}).get("train_seconds")
         eval_s = sum(float(results[j].get("eval_seconds", 0.0)) for j in plan.jobs_for(job.model)
-                     if j.kind == EvalJob.kind and j in results)
+                     if j.kind in (EvalJob.kind, PasskeyJob.kind) and j in results)
         lines.append(f"| `{job.model}` | {'?' if train_s is None else f'{train_s:.0f}'} | "
                      f"{eval_s:.0f} |")
     lines += ["", ("Invocations of the study in this workdir (wall time includes data "
@@ -86,7 +91,8 @@ def _timing_table(plan: Plan, results: Mapping[Job, Any], timings: dict) -> str:
 
 
 def _scaled_dicts(plan: Plan) -> list[str]:
-    scaled = [j for j in plan.of_kind(EvalJob.kind) if j.scaling != NO_SCALING]
+    scaled = [j for j in plan.of_kind(EvalJob.kind)
+              if j.scaling != NO_SCALING and not j.finetune_steps]
     if not scaled:
         return []
     n = max(j.eval_len for j in scaled)
@@ -102,12 +108,14 @@ def _scaled_dicts(plan: Plan) -> list[str]:
 
 def _method_notes(plan: Plan) -> str:
     first = plan.train_configs[plan.models[0]]
-    kwargs = "; ".join(f"`{m}` {c.model.encoding_kwargs.to_dict() or '{}'}"
-                       for m, c in plan.train_configs.items())
+    kwargs = "; ".join(f"`{e}` {plan.train_configs[e].model.encoding_kwargs.to_dict() or '{}'}"
+                       for e in plan.encodings if e in plan.train_configs)
+    seeds = ", ".join(map(str, plan.seeds))
     lines = [
-        (f"- Every model: the same `config.train` (data order, init seed {first.seed}, "
-         f"{first.num_train_steps} steps of {first.batch_size} x {first.seq_len} tokens), only "
-         f"the encoding differs. Encoding kwargs: {kwargs}."),
+        (f"- Every model: the same `config.train` ({first.num_train_steps} steps of "
+         f"{first.batch_size} x {first.seq_len} tokens), only the encoding differs. Seeds "
+         f"(init and data order): {seeds}; with several, every cell is the median and the "
+         "brackets the min-max over seeds. Encoding kwargs: " + kwargs + "."),
         (f"- Evaluation: the first {plan.eval_num_tokens} targets of the "
          f"`{plan.config.eval_split}` split, scored in non-overlapping windows of each length "
          "(the same tokens for every length and encoding). Each window starts without "
@@ -118,7 +126,42 @@ def _method_notes(plan: Plan) -> str:
          "`dynamic` follows Hugging Face (the base grows as (s * len / L - (s - 1))^(d/(d-2)), "
          "so over a whole window of s * L it is NTK with factor s^2 - s + 1); `longrope` uses "
          "no search: NTK-aware per-dimension factors plus LongRoPE's attention factor.")]
-    return "\n".join(lines + _scaled_dicts(plan))
+    return "\n".join(lines + _extension_notes(plan) + _scaled_dicts(plan))
+
+
+def _extension_notes(plan: Plan) -> list[str]:
+    s, out = plan.settings, []
+    tuned = [j for j in plan.of_kind(FinetuneJob.kind) if not j.model.endswith(
+        tuple(f".passkey.ft-{m}" for m in s.ft_scalings))]
+    if tuned:
+        cfg = plan.train_configs[tuned[0].model]
+        steps = cfg.num_train_steps - tuned[0].step
+        out.append(
+            f"- Fine-tuning (`ft@{s.ft_len}` rows): from the trained model at step "
+            f"{tuned[0].step}, {steps} more steps ({s.ft_fraction:.0%} of pretraining) at "
+            f"length {s.ft_len} with batch {cfg.batch_size}, the data stream continuing (batch "
+            f"s is still a pure function of (seed, s)) and the learning-rate schedule extended "
+            f"to the new end (about its minimum); the model config differs only in seq_len and "
+            f"the scaling (factor {s.ft_len / plan.train_len:g} for every eval length; "
+            f"`none` = continued pretraining without scaling). Methods: "
+            f"{', '.join(s.ft_scalings)}. Supported length: the largest multiple m of L such "
+            "that perplexity stays within 10% of the pretrained model's perplexity at L at "
+            "every evaluated multiple up to m L.")
+    if s.passkey:
+        pk = next(j for j in plan.of_kind(TrainJob.kind) if j.model.endswith(".passkey"))
+        cfg = plan.train_configs[pk.model]
+        kw = cfg.dataset.kwargs
+        out.append(
+            f"- Passkey: one model per encoding and seed trained from scratch on the passkey "
+            f"task (`train.datasets.passkey`: documents of {kw.min_len}-{kw.max_len} bytes, "
+            f"a {extension.PASSKEY_DIGITS}-digit key at a random sentence boundary in filler, "
+            f"asked for at the end; packed, {cfg.num_train_steps} steps of {cfg.batch_size} x "
+            f"{cfg.seq_len}), otherwise as the perplexity models. Accuracy: exact retrieval of "
+            f"all digits (argmax, teacher-forced = greedy) on {s.pk_trials} documents per "
+            f"length, the same documents for every model (eval seed {s.pk_eval_seed}). After "
+            f"fine-tuning: {s.pk_ft_steps} steps at {s.ft_len} on documents up to {s.ft_len} "
+            "bytes.")
+    return out
 
 
 def config_lines(config, prefix: str = "") -> list[str]:
@@ -134,18 +177,42 @@ def config_lines(config, prefix: str = "") -> list[str]:
     return out
 
 
-def markdown(rows: Sequence[Mapping[str, Any]], *, train_len: int, order: Sequence[str],
+def markdown(rows: Sequence[Mapping[str, Any]], passkey_rows: Sequence[Mapping[str, Any]], *,
+             train_len: int, order: Sequence[str], claims: Mapping[str, str],
              sections: Mapping[str, str]) -> str:
-    """The whole report.md: the ppl table, the figure, a loss table, notes, then `sections`."""
+    """The whole report.md: the ppl table (medians over seeds, min-max in brackets), the
+    figure, supported lengths against the claims, passkey retrieval against perplexity,
+    the loss table, notes, then `sections`."""
+    seeds = sorted({int(r.get("seed", 0) or 0) for r in rows})
     parts = [f"# Length-extrapolation study (trained at L = {train_len})", "",
-             ("Perplexity per byte on held-out windows (lower is better); columns are the "
-              "evaluation lengths, `—` not evaluated, `n/a` cannot be evaluated (see notes)."),
-             "",
-             table.table(rows, train_len=train_len, order=order), "",
+             (f"Perplexity per byte on held-out windows (lower is better); columns are the "
+              f"evaluation lengths, `—` not evaluated, `n/a` cannot be evaluated (see notes). "
+              f"Seeds: {', '.join(map(str, seeds))}" + (
+                  " (median, min-max in brackets)." if len(seeds) > 1 else ".")),
+             "", aggregate.value_table(aggregate.over_seeds(rows, "ppl"), train_len=train_len,
+                                     order=order), "",
              f"![perplexity against evaluation length]({files.PLOT})", "",
-             "Loss (nats per byte):", "",
-             table.table(rows, train_len=train_len, order=order, key="loss", fmt="{:.4f}"), ""]
-    row_notes = table.notes(rows)
+             "## Supported length", "",
+             ("The largest multiple of L at which perplexity stays within 10% of the "
+              "pretrained model's perplexity at L (median over seeds, range in brackets), "
+              "against the claims in `config.claims`:"), "",
+             aggregate.supported_table(rows, train_len=train_len, order=order, claims=claims), ""]
+    if passkey_rows:
+        blind_table, blind = aggregate.flat_but_blind(rows, passkey_rows, train_len=train_len,
+                                                    order=order)
+        parts += ["## Passkey retrieval", "",
+                  "Accuracy (exact key) of the passkey models:", "",
+                  aggregate.value_table(aggregate.over_seeds(passkey_rows, "accuracy"),
+                                      train_len=train_len, order=order), "",
+                  f"![passkey accuracy against evaluation length]({files.PASSKEY_PLOT})", "",
+                  "Passkey against perplexity (the perplexity ratio is the perplexity models'):",
+                  "", blind_table, "",
+                  ("Perplexity within 10% of L at the longest length but retrieval there below "
+                   "50%: " + (", ".join(f"`{b}`" for b in blind) or "none") + "."), ""]
+    parts += ["Loss (nats per byte):", "",
+              aggregate.value_table(aggregate.over_seeds(rows, "loss"), train_len=train_len,
+                                  order=order, fmt="{:.4f}"), ""]
+    row_notes = table.notes(list(rows) + list(passkey_rows))
     if row_notes:
         parts += ["Notes:", ""] + [f"- {n}" for n in row_notes] + [""]
     for name, text in sections.items():
@@ -153,19 +220,30 @@ def markdown(rows: Sequence[Mapping[str, Any]], *, train_len: int, order: Sequen
     return "\n".join(parts)
 
 
-def write_results(workdir: files.Workdir, rows: Sequence[Mapping[str, Any]]) -> None:
+def write_results(workdir: files.Workdir, rows: Sequence[Mapping[str, Any]],
+                  passkey_rows: Sequence[Mapping[str, Any]] = ()) -> None:
     files.write_text(workdir.results, table.csv_text(rows))
+    if passkey_rows:
+        files.write_text(workdir.passkey, table.passkey_csv_text(passkey_rows))
 
 
 def write_all(plan: Plan, workdir: files.Workdir, *, rows: Sequence[Mapping[str, Any]],
-              results: Mapping[Job, Any], invocation: dict, corpus: dict) -> None:
-    """Appends `invocation` to timings.json, then writes results.csv, the plot, report.md."""
+              passkey_rows: Sequence[Mapping[str, Any]] = (), results: Mapping[Job, Any],
+              invocation: dict, corpus: dict) -> None:
+    """Appends `invocation` to timings.json, then writes results.csv, passkey.csv, the two
+    figures and report.md."""
     timings = files.read_json(workdir.timings) or {"invocations": []}
     timings["invocations"].append(invocation)
     files.write_json(workdir.timings, timings)
-    write_results(workdir, rows)
+    write_results(workdir, rows, passkey_rows)
     order = list(plan.encodings)
-    plot(workdir.plot, rows, train_len=plan.train_len, order=order)
+    seeds = f" (seeds {', '.join(map(str, plan.seeds))}: median, min-max bars)" \
+        if len(plan.seeds) > 1 else ""
+    figures.perplexity_figure(workdir.plot, aggregate.over_seeds(rows, "ppl"),
+                              train_len=plan.train_len, order=order, note=seeds)
+    if passkey_rows:
+        figures.passkey_figure(workdir.passkey_plot, aggregate.over_seeds(passkey_rows, "accuracy"),
+                               train_len=plan.train_len, order=order, note=seeds)
     corpus_text = json.dumps(corpus, indent=1, sort_keys=True, default=str)
     sections = {
         "How it was measured": _method_notes(plan),
@@ -174,8 +252,10 @@ def write_all(plan: Plan, workdir: files.Workdir, *, rows: Sequence[Mapping[str,
         "Corpus": f"```json\n{corpus_text}\n```",
         "Study configuration": "```\n" + "\n".join(config_lines(plan.config)) + "\n```",
     }
-    files.write_text(workdir.report, markdown(rows, train_len=plan.train_len, order=order,
-                                              sections=sections))
+    claims = dict((plan.config.get("claims") or {}).items()) if plan.config.get("claims") \
+        else {}
+    files.write_text(workdir.report, markdown(rows, passkey_rows, train_len=plan.train_len,
+                                              order=order, claims=claims, sections=sections))
 
 
 def main(argv: Sequence[str]) -> None:

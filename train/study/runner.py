@@ -31,10 +31,11 @@ from typing import Any
 import tqdm
 
 from posenc_jax.model.config import thaw
-from train import checkpoint, data, evaluation, sharding, trainer
+from train import checkpoint, data, evaluation, finetune, passkey_eval, sharding, trainer
+from train.datasets import passkey
 from train.runtime import Runtime
-from train.study import files, report
-from train.study.jobs import EvalJob, Job, TrainJob
+from train.study import extension, files, report
+from train.study.jobs import EvalJob, FinetuneJob, Job, PasskeyJob, TrainJob
 from train.study.plan import Plan, make_plan
 
 
@@ -99,7 +100,7 @@ def _check_memory(plan: Plan, shards: int) -> None:
 def prepare(plan: Plan, runtime: Runtime) -> Context:
     """Checks what needs the workdir, devices or data (see the module docstring)."""
     workdir = files.Workdir(plan.workdir)
-    for job in plan.of_kind(TrainJob.kind):
+    for job in plan.of_kind(TrainJob.kind) + plan.of_kind(FinetuneJob.kind):
         _check_workdir(workdir, job)
     first = plan.train_configs[plan.models[0]]
     mesh = sharding.make_mesh(first.mesh)
@@ -133,13 +134,17 @@ def train_done(ctx: Context, job: TrainJob) -> dict | None:
 
 
 def run_train(ctx: Context, job: TrainJob) -> dict:
-    """Trains (or resumes) the job's model; returns its marker. SIGTERM: exits 0."""
+    """Trains (or resumes) the job's model; returns its marker. SIGTERM: exits 0. A
+    `FinetuneJob` first takes its base model's checkpoint as its own first one."""
     model_dir, marker_path = ctx.workdir.model_dir(job.model), ctx.workdir.marker(job.model)
     os.makedirs(model_dir, exist_ok=True)
     marker = files.read_json(marker_path) or {"train_seconds": 0.0}
     files.write_json(marker_path, {**marker, "fingerprint": job.fingerprint, "finished": False})
     start = time.perf_counter()
-    result = trainer.train_and_evaluate(ctx.plan.train_configs[job.model], model_dir)
+    config = ctx.plan.train_configs[job.model]
+    if isinstance(job, FinetuneJob):
+        finetune.start_from(ctx.workdir.model_dir(job.base), model_dir, config, step=job.step)
+    result = trainer.train_and_evaluate(config, model_dir)
     seconds = time.perf_counter() - start
     if result.get("preempted"):  # SIGTERM: the trainer saved a checkpoint; exit 0 like it
         print(f"study: training {job.model!r} was preempted at step {result['step']} "
@@ -191,8 +196,38 @@ def run_eval(ctx: Context, job: EvalJob) -> dict:
     return row
 
 
-RUNNERS = {TrainJob.kind: run_train, EvalJob.kind: run_eval}
-DONE = {TrainJob.kind: train_done, EvalJob.kind: eval_done}
+def run_passkey(ctx: Context, job: PasskeyJob) -> dict:
+    """Passkey retrieval of the job's model at its length; stores and returns its row."""
+    row = job.row()
+    if job.note:
+        row.update(accuracy=float("nan"), correct=0, digit_accuracy=float("nan"),
+                   eval_seconds=0.0, note=job.note)
+    else:
+        start = time.perf_counter()
+        config = ctx.plan.train_configs[job.model]
+        setup = ctx.runtime.setup(config, ctx.mesh, model_overrides=thaw(job.overrides) or {})
+        evalset = passkey.eval_set(job.eval_len, trials=job.trials, seed=job.eval_seed,
+                                   digits=extension.PASSKEY_DIGITS)
+        result = passkey_eval.passkey_accuracy(
+            setup.graphdef, _params(ctx, job.model), evalset, mesh=ctx.mesh, rules=setup.rules,
+            batch_size=job.trials)
+        row.update(accuracy=result["accuracy"], correct=result["correct"],
+                   digit_accuracy=result["digit_accuracy"],
+                   eval_seconds=time.perf_counter() - start, note="")
+    files.write_json(ctx.workdir.job(job.name), row)
+    return row
+
+
+RUNNERS = {TrainJob.kind: run_train, FinetuneJob.kind: run_train, EvalJob.kind: run_eval,
+           PasskeyJob.kind: run_passkey}
+DONE = {TrainJob.kind: train_done, FinetuneJob.kind: train_done, EvalJob.kind: eval_done,
+        PasskeyJob.kind: eval_done}
+
+
+def _rows(results: dict) -> tuple[list[dict], list[dict]]:
+    """(perplexity rows, passkey rows) of the finished evaluations, in plan order."""
+    return ([r for j, r in results.items() if j.kind == EvalJob.kind],
+            [r for j, r in results.items() if j.kind == PasskeyJob.kind])
 
 
 def _bar(total: float, progress: bool):
@@ -228,14 +263,13 @@ def run(config, workdir: str, *, progress: bool = True, runtime: Runtime | None 
                                 f"{report.describe(job, results[job])}", refresh=False)
             bar.update(round(plan.estimate(job)))
             if i == len(todo) or todo[i].model != job.model:  # a model finished: save rows
-                report.write_results(ctx.workdir, [r for j, r in results.items()
-                                                   if j.kind == EvalJob.kind])
+                report.write_results(ctx.workdir, *_rows(results))
     finally:
         bar.close()
-    rows = [results[job] for job in plan.of_kind(EvalJob.kind)]
+    rows, passkey_rows = _rows({job: results[job] for job in plan.jobs})
     this["wall_s"] = time.perf_counter() - wall_start
-    report.write_all(plan, ctx.workdir, rows=rows, results=results, invocation=this,
-                     corpus=ctx.corpus)
+    report.write_all(plan, ctx.workdir, rows=rows, passkey_rows=passkey_rows, results=results,
+                     invocation=this, corpus=ctx.corpus)
     print(f"study: wrote {ctx.workdir.results}, {ctx.workdir.report}, {ctx.workdir.plot} "
           f"({this['wall_s']:.0f} s this run)", flush=True)
     return rows

@@ -1,0 +1,149 @@
+"""The study's second half: context extension by fine-tuning, and passkey retrieval.
+
+Pure, like `plan` (which calls it): configs and jobs from the study config, nothing run.
+
+  config.finetune   scalings (each a scaling method or 'none': continued pretraining), length
+                    (e.g. '4L'), fraction (of the pretraining steps). Every model whose encoding
+                    takes a scaling is fine-tuned once per method: `train.finetune`'s config
+                    (seq_len and the encoding's `scaling` differ, the stream continues), then
+                    evaluated at every eval length with the scaling it was tuned with.
+  config.passkey    enabled, lengths ('L,2L,4L,8L'), trials, eval_seed, steps, batch_size,
+                    min_len, num_examples, finetune_steps. One model per encoding and seed is
+                    trained from scratch on the synthetic passkey task at L (its config is
+                    the perplexity model's with the passkey data, packed, and these steps and
+                    batch); it is scored zero-shot, with every zero-shot scaling of
+                    `config.scalings` past L, and, for encodings that take a scaling, after a
+                    fine-tune at `finetune.length` with each of `finetune.scalings` (passkey
+                    documents up to that length, `finetune_steps` steps).
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from typing import Any
+
+import ml_collections
+
+from posenc_jax import checks
+from train import finetune
+from train.study import scalings
+from train.study.jobs import (
+    NO_SCALING,
+    FinetuneJob,
+    fingerprint,
+    flops_per_token,
+    train_fingerprint,
+)
+
+PASSKEY_DIGITS = 5
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    """config.finetune and config.passkey, checked."""
+
+    ft_scalings: tuple[str, ...]
+    ft_len: int
+    ft_fraction: float
+    passkey: bool
+    pk_lengths: tuple[int, ...]
+    pk_trials: int
+    pk_eval_seed: int
+    pk_steps: int
+    pk_batch: int
+    pk_min_len: int
+    pk_examples: int
+    pk_ft_steps: int
+
+
+def settings(config, *, train_len: int, parse_names, length) -> Settings:
+    """Checks config.finetune and config.passkey (absent blocks: nothing to do)."""
+    ft = config.get("finetune") or ml_collections.ConfigDict()
+    pk = config.get("passkey") or ml_collections.ConfigDict()
+    ft_scalings = parse_names(ft.get("scalings", ""), what="finetune.scalings",
+                              valid=(NO_SCALING, *scalings.methods()))
+    ft_len = length(ft.get("length", "4L"), train_len=train_len)
+    fraction = checks.finite_float("config.finetune.fraction", ft.get("fraction", 0.1),
+                                   above=0.0, maximum=10.0)
+    if ft_scalings and ft_len <= train_len:
+        raise ValueError(f"config.finetune.length={ft.get('length')!r} = {ft_len} must exceed "
+                         f"L={train_len}")
+    enabled = checks.boolean("config.passkey.enabled", pk.get("enabled", False))
+    lengths = tuple(sorted({length(x, train_len=train_len) for x in
+                            str(pk.get("lengths", "L")).split(",") if x.strip()}))
+    min_len = checks.integer("config.passkey.min_len", pk.get("min_len", 20),
+                             minimum=2 * PASSKEY_DIGITS + 10)
+    if enabled and min(lengths) < min_len:
+        raise ValueError(f"config.passkey.lengths has {min(lengths)} < config.passkey.min_len="
+                         f"{min_len} (the shortest passkey document)")
+    if enabled and train_len < min_len:
+        raise ValueError(f"passkey training needs L={train_len} >= config.passkey.min_len="
+                         f"{min_len}")
+    return Settings(
+        ft_scalings=ft_scalings, ft_len=ft_len, ft_fraction=fraction, passkey=enabled,
+        pk_lengths=lengths,
+        pk_trials=checks.positive_int("config.passkey.trials", pk.get("trials", 32)),
+        pk_eval_seed=checks.integer("config.passkey.eval_seed", pk.get("eval_seed", 0),
+                                    minimum=0),
+        pk_steps=checks.positive_int("config.passkey.steps", pk.get("steps", 600)),
+        pk_batch=checks.positive_int("config.passkey.batch_size", pk.get("batch_size", 32)),
+        pk_min_len=min_len,
+        pk_examples=checks.positive_int("config.passkey.num_examples",
+                                        pk.get("num_examples", 20000)),
+        pk_ft_steps=checks.integer("config.passkey.finetune_steps",
+                                   pk.get("finetune_steps", 60), minimum=0))
+
+
+def passkey_config(cfg, s: Settings, *, max_len: int):
+    """A model's train config on the passkey task: the data (documents of s.pk_min_len ..
+    max_len bytes, packed: each document starts at position 0 and sees only itself), the
+    steps and the batch differ; the model, optimizer and seed do not."""
+    out = copy.deepcopy(cfg)
+    with out.unlocked():
+        out.dataset = ml_collections.ConfigDict({
+            "name": "passkey", "data_dir": None, "train_split": "train",
+            "eval_split": "validation", "packed": True, "max_tokens": None,
+            "kwargs": {"seed": 0, "num_examples": s.pk_examples, "min_len": s.pk_min_len,
+                       "max_len": max_len}})
+        out.num_train_steps = s.pk_steps
+        out.batch_size = s.pk_batch
+        out.warmup_steps = min(int(cfg.warmup_steps), max(1, s.pk_steps // 10))
+        out.checkpoint_every_steps = s.pk_steps
+    return out
+
+
+def _scaled_kwargs(method: str, cfg, mc, *, factor: float, overrides) -> dict[str, Any]:
+    kwargs = dict(cfg.model.encoding_kwargs.to_dict())
+    if method == NO_SCALING:
+        return kwargs
+    sc = scalings.scaling_config(method, factor=factor, train_len=cfg.seq_len,
+                                 rotary_dim=mc.layer_encoding(0).rotary_dim,
+                                 overrides=dict(overrides.get(method, None) or {}))
+    return {**kwargs, "scaling": sc}
+
+
+def finetunes(config, s: Settings, *, model: str, cfg, mc, base_fp: str, steps: int,
+              max_len: int | None = None) -> list[tuple[str, str, Any, FinetuneJob]]:
+    """[(model id, method, fine-tune config, job)] for every method of s.ft_scalings; none
+    when the encoding takes no scaling (or steps is 0)."""
+    if not steps or not scalings.takes_scaling(mc.layer_encoding(0)):
+        return []
+    over = config.get("scaling_overrides") or {}
+    out = []
+    for method in s.ft_scalings:
+        kwargs = _scaled_kwargs(method, cfg, mc, factor=s.ft_len / cfg.seq_len, overrides=over)
+        ft_cfg = finetune.finetune_config(cfg, seq_len=s.ft_len, steps=steps,
+                                          encoding_kwargs=kwargs)
+        if max_len is not None:
+            with ft_cfg.unlocked():
+                ft_cfg.dataset.kwargs.max_len = max_len
+        name = f"{model}.ft-{method}"
+        fp = fingerprint({"config": train_fingerprint(ft_cfg), "base": base_fp})
+        tokens = steps * ft_cfg.batch_size * s.ft_len
+        job = FinetuneJob(model=name, base=model, step=int(cfg.num_train_steps),
+                          fingerprint=fp, compiles=3,
+                          flops=3 * flops_per_token(mc, s.ft_len) * tokens)
+        out.append((name, method, ft_cfg, job))
+    return out
+
