@@ -171,3 +171,7 @@ def test_schemes_without_an_elementwise_bias_are_refused_with_the_alternative():
         TransformerConfig(vocab_size=8, num_layers=1, embed_dim=32, num_heads=2,
                                      mlp_dim=32, encoding="shaw", attention="pallas")
     assert not rotates_inside(shaw, "auto")
+    alibi = posenc_jax.get("alibi", num_heads=H)
+    with pytest.raises(TypeError, match="q_positions must have an integer dtype"):
+        attend(q, k, v, encoding=alibi, params={}, q_positions=pos * 0.5, k_positions=pos,
+               implementation="pallas")

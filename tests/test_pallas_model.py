@@ -37,14 +37,20 @@ def square_tensors(text: str, length: int = L) -> int:
     return len(re.findall(rf"(?<![0-9]){length}x{length}x", text))
 
 
-@pytest.mark.parametrize("platform", ["cuda", "tpu"])
-@pytest.mark.parametrize("encoding", ["rope", "t5"])
+@pytest.mark.parametrize(("encoding", "platform"),
+                         [("rope", "cuda"), ("alibi", "cuda"), ("rope", "tpu"), ("t5", "tpu")])
 def test_kernel_lowering_has_its_custom_call_and_no_square_tensor(platform, encoding):
     text = lowered("pallas", encoding, platform)
     assert KERNEL_CALL[platform] in text
     for kernel in ("fwd", "dq", "dkv"):
         assert f"posenc_flash_{kernel}_kernel" in text
     assert square_tensors(text) == 0
+
+
+def test_auto_is_the_kernel_on_gpu_and_dense_on_cpu():
+    assert KERNEL_CALL["cuda"] in lowered("auto", "rope", "cuda")
+    cpu = lowered("auto", "rope", "cpu", length=64)
+    assert "posenc_flash" not in cpu and square_tensors(cpu, 64) > 0      # dense on CPU
 
 
 def test_dense_materialises_square_tensors_and_blockwise_does_not():

@@ -25,6 +25,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from posenc_jax.checks import integer_array
 from posenc_jax.encodings.base import Encoding, KernelRotation
 from posenc_jax.model.kernels.common import Static
 from posenc_jax.model.kernels.vjp import core, padded_length
@@ -77,6 +78,8 @@ def flash_attention(q, k, v, *, encoding: Encoding, params: Any, q_positions, k_
       [B, Lq, H, D] in q.dtype.
     """
     check_supported(encoding)
+    integer_array("q_positions", q_positions)  # positions index blocks and tables here
+    integer_array("k_positions", k_positions)
     b, lq, h, d = q.shape
     lk, kh = k.shape[1], k.shape[2]
     r = 0 if rotation is None else int(jnp.shape(rotation.inv_freq)[0])

@@ -6,8 +6,10 @@ one key (or query) block at a time through VMEM -- memory on chip is O(block), w
   dq   grid (B, H, nq, nk): scratch dq pieces; params' gradient accumulated in the output
        block (resident across j), one per (b, h, query block), summed outside.
   dkv  grid (B, K, nk, G * nq): scratch dk pieces, dv; q/do blocks of head kh * G + t // nq.
-Block visibility `vis` [B, nq, nk] lives in SMEM; an invisible block is skipped with
-`pl.when`. The block math is `common.py`, the same as the GPU kernels'.
+Block visibility: each program gets its row of `vis` [B, nq, nk] in SMEM (the [nk] row of
+its query block; for dkv the [nq] column of its key block), so SMEM holds O(L / block)
+words; an invisible block is skipped with `pl.when`. The block math is `common.py`, the
+same as the GPU kernels'.
 
 Layout as in `gpu.py`; key blocks are lane-dense ([1, bk] positions, bk a multiple of 128
 or the whole padded length).
@@ -60,7 +62,7 @@ def _params(r, names, st):
 
 def _fwd_kernel(*refs, st, names):
     r = dict(zip(names, refs))
-    b, h, i, j = (pl.program_id(a) for a in range(4))
+    h, j = pl.program_id(1), pl.program_id(3)
     m_ref, l_ref, acc_ref = refs[len(names):]
 
     @pl.when(j == 0)
@@ -69,7 +71,7 @@ def _fwd_kernel(*refs, st, names):
         l_ref[...] = jnp.zeros(l_ref.shape, F32)
         acc_ref[...] = jnp.zeros(acc_ref.shape, F32)
 
-    @pl.when(r["vis"][b, i, j] != 0)
+    @pl.when(r["vis"][0, j] != 0)
     def _():
         _, _, keep, s, _, _ = _block(r, st, _params(r, names, st), h)
         m = m_ref[...]
@@ -92,7 +94,7 @@ def _fwd_kernel(*refs, st, names):
 
 def _dq_kernel(*refs, st, names):
     r = dict(zip(names, refs))
-    b, h, i, j = (pl.program_id(a) for a in range(4))
+    h, j = pl.program_id(1), pl.program_id(3)
     dq_refs = refs[len(names):]
     dp_names = [n for n in names if n.startswith("dp")]
 
@@ -101,7 +103,7 @@ def _dq_kernel(*refs, st, names):
         for a in list(dq_refs) + [r[n] for n in dp_names]:
             a[...] = jnp.zeros(a.shape, a.dtype)
 
-    @pl.when(r["vis"][b, i, j] != 0)
+    @pl.when(r["vis"][0, j] != 0)
     def _():
         params = _params(r, names, st)
         _, ks, keep, s, _, _ = _block(r, st, params, h)
@@ -123,7 +125,7 @@ def _dq_kernel(*refs, st, names):
 
 def _dkv_kernel(*refs, st, names, nq):
     r = dict(zip(names, refs))
-    b, kh, j, t = (pl.program_id(a) for a in range(4))
+    kh, t = pl.program_id(1), pl.program_id(3)
     *dk_refs, dv_ref = refs[len(names):]
     g, i = _div(t, nq), _rem(t, nq)
 
@@ -132,7 +134,7 @@ def _dkv_kernel(*refs, st, names, nq):
         for a in list(dk_refs) + [dv_ref]:
             a[...] = jnp.zeros(a.shape, a.dtype)
 
-    @pl.when(r["vis"][b, i, j] != 0)
+    @pl.when(r["vis"][0, i] != 0)
     def _():
         qs, _, keep, s, _, _ = _block(r, st, _params(r, names, st), kh * st.groups + g)
         p = jnp.where(keep, jnp.exp(s - r["lse"][...]), F32(0.0))
@@ -158,16 +160,21 @@ def _specs(st, x, bq, bk, kind, nq):
         qi = lambda b, h, i, j: (b, h, i, 0)
         ki = lambda b, h, i, j: (b, _div(h, g), j, 0)
         qr, kr = (lambda b, h, i, j: (b, i, 0)), (lambda b, h, i, j: (b, 0, j))
+        vis = pl.BlockSpec((None, 1, x["vis"].shape[2]), lambda b, h, i, j: (b * nq + i, 0, 0),
+                           memory_space=pltpu.SMEM)                        # row [1, nk]
     else:
         qi = lambda b, k, j, t: (b, k * g + _div(t, nq), _rem(t, nq), 0)
         ki = lambda b, k, j, t: (b, k, j, 0)
         qr, kr = (lambda b, k, j, t: (b, _rem(t, nq), 0)), (lambda b, k, j, t: (b, 0, j))
+        nk = x["k"].shape[2] // bk
+        vis = pl.BlockSpec((None, 1, nq), lambda b, k, j, t: (b * nk + j, 0, 0),
+                           memory_space=pltpu.SMEM)                        # vis^T row [1, nq]
     q_blk, row = pl.BlockSpec((None, None, bq, d), qi), pl.BlockSpec((None, None, bq, 1), qi)
     k_blk = pl.BlockSpec((None, None, bk, d), ki)
     qp, kp = pl.BlockSpec((None, bq, 1), qr), pl.BlockSpec((None, 1, bk), kr)
     specs = {"q": q_blk, "do": q_blk, "k": k_blk, "v": k_blk, "lse": row, "delta": row,
              "qpos": qp, "qseg": qp, "kpos": kp, "kvalid": kp, "kseg": kp,
-             "vis": pl.BlockSpec(memory_space=pltpu.SMEM)}
+             "vis": vis}
     return [specs.get(n) or pl.BlockSpec(x[n].shape, lambda *_, n=x[n].ndim: (0,) * n)
             for n in x]
 
@@ -184,10 +191,16 @@ def _call(kernel, st, x, out, out_specs, grid, scratch, bq, bk, kind, interpret,
         name=f"posenc_flash_{kernel.__name__[1:]}")(*x.values())
 
 
+def _rows(vis):
+    """[B, n, m] -> [B * n, 1, m]: one SMEM row per program (TPU block tiling rules)."""
+    b, n, m = vis.shape
+    return vis.reshape(b * n, 1, m)
+
+
 def forward(st, x, vis, *, bq, bk, interpret):
     """As `gpu.forward`."""
     b, h, lq, d = x["q"].shape
-    x = dict(x, vis=vis)
+    x = dict(x, vis=_rows(vis))
     out = {"o": jax.ShapeDtypeStruct(x["q"].shape, x["q"].dtype),
            "lse": jax.ShapeDtypeStruct((b, h, lq, 1), F32)}
     qi = lambda b, h, i, j: (b, h, i, 0)
@@ -202,7 +215,7 @@ def backward(st, x, vis, *, bq, bk, interpret):
     b, h, lq, d = x["q"].shape
     kh, lk = x["k"].shape[1], x["k"].shape[2]
     nq, nk = lq // bq, lk // bk
-    x = dict(x, vis=vis)
+    x = dict(x, vis=_rows(vis))
     qi = lambda b, h, i, j: (b, h, i, 0)
     out = {"dq": jax.ShapeDtypeStruct(x["q"].shape, x["q"].dtype)}
     specs = [pl.BlockSpec((None, None, bq, d), qi)]
@@ -214,6 +227,7 @@ def backward(st, x, vis, *, bq, bk, interpret):
     scratch = [pltpu.VMEM((bq, n), F32) for _, n in st.pieces]
     dq, *dps = _call(_dq_kernel, st, x, out, specs, (b, h, nq, nk), scratch, bq, bk, "q",
                      interpret)
+    x["vis"] = _rows(jnp.swapaxes(vis, 1, 2))                              # [B*nk, 1, nq]
     out = {"dk": jax.ShapeDtypeStruct(x["k"].shape, x["k"].dtype),
            "dv": jax.ShapeDtypeStruct(x["v"].shape, x["v"].dtype)}
     ki = lambda b, k, j, t: (b, k, j, 0)
