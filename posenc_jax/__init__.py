@@ -36,6 +36,7 @@ _MODULES = {
     "frequencies": "posenc_jax.encodings.frequencies",
     "hf_config": "posenc_jax.encodings.hf_config",
     "learned": "posenc_jax.encodings.learned",
+    "mrope": "posenc_jax.encodings.mrope",
     "nope": "posenc_jax.encodings.nope",
     "relative": "posenc_jax.encodings.relative",
     "rope": "posenc_jax.encodings.rope",

@@ -20,7 +20,7 @@ from posenc_jax.encodings import base as encoding
 B, L, H, D = 2, 5, 4, 8
 E = H * D
 
-EXPECTED = ["alibi", "learned", "nope", "rope", "shaw", "sinusoidal", "t5"]
+EXPECTED = ["alibi", "learned", "mrope", "nope", "rope", "shaw", "sinusoidal", "t5"]
 
 
 def build(name):
@@ -78,7 +78,7 @@ def test_names_lists_every_builtin_scheme():
 
 def test_unknown_name_lists_the_valid_ones():
     with pytest.raises(ValueError, match=r"Unknown encoding 'ropee'; valid names are: alibi, "
-                                         r"learned, nope, rope, shaw, sinusoidal, t5"):
+                                         r"learned, mrope, nope, rope, shaw, sinusoidal, t5"):
         posenc_jax.get("ropee")
 
 
@@ -144,6 +144,7 @@ def test_scheme_is_hashable_and_declares_its_hooks(name):
     expected = {
         "nope": (False, False, False), "sinusoidal": (True, False, False),
         "learned": (True, False, False), "rope": (False, True, False),
+        "mrope": (False, True, False),
         "alibi": (False, False, True), "t5": (False, False, True), "shaw": (False, False, True),
     }[name]
     assert (enc.has_embed, enc.has_rotate, enc.has_bias) == expected

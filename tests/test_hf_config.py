@@ -37,7 +37,8 @@ def test_golden_file_covers_what_the_issue_names():
 
 @pytest.mark.parametrize("name, version, seq_len", ROWS)
 def test_from_hf_config_matches_transformers(name, version, seq_len):
-    config, want = CASES[name]["config"], CASES[name]["hf"][version]["by_seq_len"][seq_len]
+    config = {"model_type": CASES[name]["model_type"], **CASES[name]["config"]}
+    want = CASES[name]["hf"][version]["by_seq_len"][seq_len]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # e.g. a lone `mscale`, which transformers ignores too
         inv, factor = hf_config.from_hf_config(
@@ -80,18 +81,22 @@ def test_mla_softmax_scale_factor(name):
 def test_rope_kwargs_build_the_same_encoding():
     kwargs = hf_config.rope_kwargs_from_hf_config(CASES["llama3.1-8b"]["config"])
     assert kwargs == {"head_dim": 128, "rotary_dim": 128, "base": 500000.0,
-                      "max_position_embeddings": 131072,
+                      "max_position_embeddings": 131072, "layout": "half",
                       "scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
                                   "high_freq_factor": 4.0,
                                   "original_max_position_embeddings": 8192}}
     ds = hf_config.rope_kwargs_from_hf_config(CASES["deepseek-v3"]["config"])
     assert (ds["head_dim"], ds["rotary_dim"]) == (64, 64)  # qk_rope_head_dim, not 7168 // 128
+    assert ds["layout"] == "half"  # no model_type: DeepSeek's rope_interleave is not implied
+    ds = hf_config.rope_kwargs_from_hf_config({"model_type": "deepseek_v3",
+                                               **CASES["deepseek-v3"]["config"]})
+    assert ds["layout"] == "interleaved"  # deepseek_v3's class default rope_interleave=True
     for name, seq_len in (("phi3.5-mini-longrope", 131072), ("dynamic", 6000),
                           ("phi4-mini-like-longrope-partial", 8192), ("qwen2.5-7b-yarn", None)):
-        kwargs = hf_config.rope_kwargs_from_hf_config(CASES[name]["config"])
+        config = {"model_type": CASES[name]["model_type"], **CASES[name]["config"]}
+        kwargs = hf_config.rope_kwargs_from_hf_config(config)
         enc = posenc_jax.get("rope", **kwargs)
-        got, want = enc.frequencies(seq_len), hf_config.from_hf_config(
-            CASES[name]["config"], seq_len=seq_len)
+        got, want = enc.frequencies(seq_len), hf_config.from_hf_config(config, seq_len=seq_len)
         np.testing.assert_array_equal(np.asarray(got[0]), np.asarray(want[0]))
         assert float(got[1]) == float(want[1])
 
@@ -133,15 +138,16 @@ def test_conflicting_original_lengths_warn_and_follow_transformers():
 @pytest.mark.parametrize("config, error, match", [
     ({**BASE, "rope_parameters": {"full_attention": {"rope_type": "default"},
                                   "sliding_attention": {"rope_type": "default"}}},
-     ValueError, r"nested per layer type \['full_attention', 'sliding_attention'\]"),
-    ({**BASE, "partial_rotary_factor": 0.3},
+     ValueError, (r"keyed by layer type \['full_attention', 'sliding_attention'\] but the "
+                 r"config has no layer_types")),
+    ({**BASE, "model_type": "phi3", "partial_rotary_factor": 0.3},
      ValueError, r"int\(64 \* 0.3\) = 19 must be even"),
     ({**BASE, "rope_theta": 0}, ValueError, r"rope_theta must be > 0, got rope_theta=0"),
     ({**BASE, "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
                                "high_freq_factor": 4.0}},
      ValueError, r"'llama3' requires the key 'original_max_position_embeddings'"),
     ({**BASE, "rope_scaling": {"type": "mrope", "mrope_section": [16, 24, 24]}},
-     ValueError, r"unknown rope_type='mrope'"),
+     ValueError, r"rope_type='mrope' needs the model_type of a multimodal RoPE model"),
     ({"max_position_embeddings": 10}, ValueError, r"needs head_dim \(or hidden_size and num_"),
     ("config.json", TypeError, r"config must be a dict \(a parsed config.json\), got str"),
 ])

@@ -9,6 +9,7 @@ configs. Importing this package registers every built-in scheme.
 from posenc_jax.encodings import (  # noqa: F401  (importing registers each scheme)
     alibi,
     learned,
+    mrope,
     nope,
     rope,
     shaw,

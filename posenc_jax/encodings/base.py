@@ -132,6 +132,10 @@ class Encoding:
     #: Hyperparameter defaults that apply when the scheme is built for a model (`for_model`),
     #: e.g. a learned table initialised at the scale of the sqrt(E)-scaled token embeddings.
     model_defaults: ClassVar[Mapping[str, Any]] = {}
+    #: Axes of the positions the rotate hook takes: 1 = [L] or [B, L]; A > 1 = [A, B, L]
+    #: (multimodal RoPE: temporal, height, width). The model validates positions by it and
+    #: builds its masks from the token order when positions have A > 1 axes.
+    position_axes: ClassVar[int] = 1
 
     @property
     def has_embed(self) -> bool:

@@ -140,6 +140,10 @@ class TransformerConfig:
         if self.attention == "pallas":
             for enc in encs.values():
                 check_supported(enc)
+        axes = sorted({enc.position_axes for enc in encs.values()} - {1})
+        if len(axes) > 1:
+            raise ValueError(f"the encodings take positions with different axes {axes}; a "
+                             "model takes one positions shape")
         for i, entry in enumerate(self.layer_encodings or ()):
             if encs[entry].has_embed:
                 raise ValueError(
@@ -184,6 +188,12 @@ class TransformerConfig:
         entry = ((self.encoding, self.encoding_kwargs) if self.layer_encodings is None
                  else self.layer_encodings[i])
         return self._encodings[entry]
+
+    @property
+    def position_axes(self) -> int:
+        """Axes of the positions the model takes: 1 ([L] or [B, L]), or the A > 1 that some
+        encoding declares (positions [A, B, L], e.g. multimodal RoPE's A = 3)."""
+        return max(enc.position_axes for enc in self._encodings.values())
 
     @property
     def is_length_dependent(self) -> bool:

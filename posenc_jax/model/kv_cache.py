@@ -48,6 +48,7 @@ from flax import struct
 
 from posenc_jax.checks import positive_int
 from posenc_jax.encodings.base import Encoding
+from posenc_jax.model.scores import split_positions
 
 __all__ = ["KVCache", "Memory", "init_cache", "rotate", "step"]
 
@@ -143,6 +144,8 @@ def step(model, tokens: Array, positions: Array | None, segment_ids: Array | Non
                          f"max_len={s}")
     if positions is None:
         positions = index + jnp.arange(t, dtype=jnp.int32)[None, :]
+    positions, rotary = split_positions(positions, cfg.position_axes, t, b, offset=index)
+    rotary = None if rotary is positions else jnp.asarray(rotary, jnp.int32)  # [A, B|1, T]
     positions = jnp.broadcast_to(jnp.asarray(positions, jnp.int32).reshape(-1, t), (b, t))
     segment_ids = (jnp.zeros((b, t), jnp.int32) if segment_ids is None else
                    jnp.broadcast_to(jnp.asarray(segment_ids, jnp.int32).reshape(-1, t), (b, t)))
@@ -163,7 +166,8 @@ def step(model, tokens: Array, positions: Array | None, segment_ids: Array | Non
     def incremental(_):
         memory = Memory(k=cache.k, v=cache.v, index=index, positions=new_pos,
                         segment_ids=new_seg, valid=new_valid, seq_positions=seq_pos)
-        return finish(*model.forward(tokens, positions, segment_ids, memory=memory))
+        return finish(*model.forward(tokens, positions, segment_ids, memory=memory,
+                                     rotary_positions=rotary))
 
     if not cfg.is_length_dependent:
         return incremental(None)

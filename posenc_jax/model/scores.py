@@ -15,7 +15,7 @@ import jax.numpy as jnp
 
 from posenc_jax.encodings.base import Encoding
 
-__all__ = ["as_2d", "build_mask", "encoding_bias"]
+__all__ = ["as_2d", "build_mask", "encoding_bias", "split_positions"]
 
 Array = jax.Array
 
@@ -31,6 +31,29 @@ def as_2d(x, length: int, batch: int, what: str) -> Array | None:
         raise ValueError(f"{what} must have shape [{length}] or [B={batch}, {length}], "
                          f"got shape {x.shape}")
     return x
+
+
+def split_positions(positions, axes: int, length: int, batch: int, *, offset=0):
+    """(mask positions [B|1, L], rotary positions) for a model whose encodings take positions
+    with `axes` axes (`Encoding.position_axes`).
+
+    [L] or [B|1, L]: both are the given positions. [axes, B|1, L] (axes > 1, e.g. multimodal
+    RoPE's temporal/height/width): the rotary positions are as given and the masks follow the
+    token order, `offset + arange(L)` (transformers' cache_position).
+    """
+    positions = jnp.asarray(positions)
+    if positions.ndim != 3:
+        positions = as_2d(positions, length, batch, "positions")
+        return positions, positions
+    if axes == 1:
+        raise ValueError(f"positions of shape {positions.shape} have 3 axes, but this model's "
+                         "encodings take positions [L] or [B, L] (position_axes=1)")
+    if positions.shape[0] != axes or positions.shape[2] != length or positions.shape[1] not in (
+            1, batch):
+        raise ValueError(f"positions must have shape [{length}], [B={batch}, {length}] or "
+                         f"[{axes}, B={batch}, {length}], got shape {positions.shape}")
+    order = offset + jnp.arange(length, dtype=jnp.int32)[None, :]
+    return order, positions
 
 
 def build_mask(q_positions: Array, k_positions: Array, *, causal: bool,

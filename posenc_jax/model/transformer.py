@@ -68,6 +68,7 @@ from posenc_jax.model.attention import as_2d, attend, rotates_inside
 from posenc_jax.model.config import TransformerConfig
 from posenc_jax.model.generate import generate
 from posenc_jax.model.kv_cache import KVCache, init_cache
+from posenc_jax.model.scores import split_positions
 
 __all__ = [
     "LOGICAL_AXES",
@@ -162,8 +163,10 @@ class Attention(nnx.Module):
         self.pe = encoding_params(encoding, rngs.params(), pd, hooks=("rotate", "bias"))
 
     def __call__(self, x: Array, positions: Array, segment_ids: Array | None,
-                 memory: kv_cache.Memory | None, layer: int) -> tuple[Array, Any]:
-        """x [B, T, E], positions [B|1, T] -> ([B, T, E], (k, v) buffers or None)."""
+                 memory: kv_cache.Memory | None, layer: int,
+                 rotary_positions: Array | None = None) -> tuple[Array, Any]:
+        """x [B, T, E], positions [B|1, T] (masks), rotary_positions [A, B|1, T] or None (the
+        positions themselves) -> ([B, T, E], (k, v) buffers or None)."""
         cfg, dt = self.config, self.config.dtype
         pe = _values(self.pe)
         q = jnp.einsum("bte,ehd->bthd", x, self.q_proj[...].astype(dt))
@@ -172,10 +175,11 @@ class Attention(nnx.Module):
         q = constrain(q, ("batch", "length", "heads", "kv"))
         k = constrain(k, ("batch", "length", "kv_heads", "kv"))
         v = constrain(v, ("batch", "length", "kv_heads", "kv"))
-        seq_positions = positions if memory is None else memory.seq_positions
+        rotary = positions if rotary_positions is None else rotary_positions
+        seq_positions = rotary if memory is None else memory.seq_positions
         raw = rotates_inside(self.encoding, cfg.attention)  # the kernel rotates in-kernel
         if not raw:
-            q, k = kv_cache.rotate(self.encoding, pe, q, k, positions, seq_positions)
+            q, k = kv_cache.rotate(self.encoding, pe, q, k, rotary, seq_positions)
         if memory is None:
             k_all, v_all, new = k, v, None
             kp, ks, km = positions, segment_ids, None
@@ -224,8 +228,9 @@ class Block(nnx.Module):
         self.mlp_norm = RMSNorm(config.embed_dim, **kw)
         self.mlp = MLP(config, rngs=rngs)
 
-    def __call__(self, x, positions, segment_ids, memory, layer):
-        y, new = self.attn(self.attn_norm(x), positions, segment_ids, memory, layer)
+    def __call__(self, x, positions, segment_ids, memory, layer, rotary_positions=None):
+        y, new = self.attn(self.attn_norm(x), positions, segment_ids, memory, layer,
+                           rotary_positions)
         x = constrain(x + y, ("batch", "length", "embed"))
         x = constrain(x + self.mlp(self.mlp_norm(x)), ("batch", "length", "embed"))
         return x, new
@@ -255,7 +260,9 @@ class Transformer(nnx.Module):
         Args:
           tokens: int [B, L].
           positions: int [B, L] or [L]; default arange(L) (with a cache: the slots after the
-            cached ones, `cache.index + arange(L)`).
+            cached ones, `cache.index + arange(L)`). A model whose encoding declares
+            `position_axes` A > 1 (mrope) also takes [A, B, L]; its masks then follow the
+            token order (arange(L), or the cache slots).
           segment_ids: int [B, L] or [L]: tokens attend only within their segment (packing).
           cache: a `KVCache` from `init_cache`: prefill (L > 1) and decode (L = 1) alike.
         """
@@ -276,11 +283,15 @@ class Transformer(nnx.Module):
         return logits
 
     def forward(self, tokens: Array, positions: Array, segment_ids: Array | None, *,
-                memory: kv_cache.Memory | None) -> tuple[Array, list]:
-        """The forward pass proper: (logits float32 [B, T, V], per-layer (k, v) or Nones)."""
+                memory: kv_cache.Memory | None,
+                rotary_positions: Array | None = None) -> tuple[Array, list]:
+        """The forward pass proper: (logits float32 [B, T, V], per-layer (k, v) or Nones).
+        positions [T] / [B|1, T], or [A, B|1, T] (see `__call__`); rotary_positions: set by the
+        cache for A > 1, when positions are already the masks' [B, T]."""
         cfg, dt = self.config, self.config.dtype
         b, t = tokens.shape
-        positions = as_2d(positions, t, b, "positions")              # [B|1, T]
+        positions, rotary = split_positions(positions, cfg.position_axes, t, b)  # [B|1, T]
+        rotary = rotary if rotary_positions is None else rotary_positions
         segment_ids = as_2d(segment_ids, t, b, "segment_ids")        # [B|1, T] or None
         emb = self.embedding[...]
         x = jnp.take(emb, tokens, axis=0, mode="fill", fill_value=jnp.nan).astype(dt)
@@ -289,7 +300,8 @@ class Transformer(nnx.Module):
         x = constrain(x.astype(dt), ("batch", "length", "embed"))
         new = []
         for i, layer in enumerate(self.layers):
-            x, kv = layer(x, positions, segment_ids, memory, i)
+            x, kv = layer(x, positions, segment_ids, memory, i,
+                          None if rotary is positions else rotary)
             new.append(kv)
         x = self.final_norm(x)
         out = emb.T if cfg.tie_embeddings else self.unembed[...]

@@ -41,7 +41,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from posenc_jax.encodings.frequencies import inv_freq as base_inv_freq
+from posenc_jax.encodings.frequencies import inv_freq_float64
 from posenc_jax.encodings.rope_scaling.formulas import (
     Result,
     default,
@@ -51,6 +51,7 @@ from posenc_jax.encodings.rope_scaling.formulas import (
     llama3,
     longrope,
     ntk,
+    proportional,
     yarn,
     yarn_attention_factor,
     yarn_ramp,
@@ -80,6 +81,7 @@ __all__ = [
     "method",
     "methods",
     "ntk",
+    "proportional",
     "regime",
     "register",
     "resolve_type",
@@ -103,7 +105,7 @@ def frequencies(scaling: Mapping[str, Any] | None, *, rotary_dim: int, base: flo
     cfg = None if scaling is None else validate(
         scaling, rotary_dim=rotary_dim, max_position_embeddings=max_position_embeddings)
     check_theta(cfg, base=base)
-    inv_freq = base_inv_freq(rotary_dim, base=base)
+    inv_freq = inv_freq_float64(rotary_dim, base=base)  # host float64, rounded once
     if cfg is None:
         return default(inv_freq)
     return method(cfg["rope_type"])(inv_freq, cfg, base=base, seq_len=seq_len)

@@ -18,6 +18,13 @@ names. The registry (`registry.py`) holds one record per method naming these fun
                factor sqrt(1 + ln(factor) / ln(L0))              (Ding et al. 2024)
     llama3     / factor for wavelengths > L0 / low_freq_factor, untouched below
                L0 / high_freq_factor, a smooth blend between      (Llama 3.1)
+    proportional  frequencies over the whole head dim, the lowest-frequency pairs set to 0
+               (p-RoPE; Gemma 4): `partial_rotary_factor` says how many pairs rotate
+
+Precision: frequencies that depend only on static hyperparameters are computed on the host in
+float64 (every method keeps float64 NumPy input so) and rounded once to float32 by `_out`;
+only a traced `seq_len` (dynamic NTK, LongRoPE's choice under jit) runs in float32 on device.
+See `posenc_jax.encodings.frequencies`.
 """
 
 from __future__ import annotations
@@ -39,6 +46,7 @@ __all__ = [
     "llama3",
     "longrope",
     "ntk",
+    "proportional",
     "yarn",
     "yarn_attention_factor",
     "yarn_ramp",
@@ -51,7 +59,26 @@ Result = tuple[Array, np.float32]  # (inv_freq float32 [R], attention_factor flo
 def _out(inv_freq, attention_factor=1.0) -> Result:
     # The attention factor depends on hyperparameters only, never on traced values: keep it a
     # concrete NumPy float32 scalar, so callers may branch on it (== 1.0) even under jit.
+    # Host float64 frequencies are rounded to float32 here, once.
+    if isinstance(inv_freq, np.ndarray):
+        inv_freq = inv_freq.astype(np.float32)
     return jnp.asarray(inv_freq, jnp.float32), np.float32(attention_factor)
+
+
+def _freqs(inv_freq):
+    """Host float64 NumPy frequencies stay so (static math, rounded once by `_out`); anything
+    else becomes a float32 JAX array."""
+    if isinstance(inv_freq, np.ndarray):
+        return inv_freq.astype(np.float64)
+    return jnp.asarray(inv_freq, jnp.float32)
+
+
+def _xp(x):
+    return np if isinstance(x, np.ndarray) else jnp
+
+
+def _is_concrete(x) -> bool:
+    return not isinstance(x, jax.core.Tracer)
 
 
 def _check_factor(factor: float) -> float:
@@ -65,21 +92,24 @@ def default(inv_freq) -> Result:
 
 def linear(inv_freq, *, factor: float) -> Result:
     """Position interpolation: RoPE at positions / factor. inv_freq float32 [R] -> [R]."""
-    return _out(jnp.asarray(inv_freq, jnp.float32) / _check_factor(factor))
+    return _out(_freqs(inv_freq) / _check_factor(factor))
 
 
-def _ntk_scale(num_freq: int, growth) -> Array:
-    """growth^(-2i / (d - 2)) for i < R = d / 2: the effect of base -> base * growth^(d/(d-2))."""
+def _ntk_scale(num_freq: int, growth, xp=jnp) -> Array:
+    """growth^(-2i / (d - 2)) for i < R = d / 2: the effect of base -> base * growth^(d/(d-2)).
+    xp=np: host float64 (growth a concrete number)."""
     if num_freq < 2:
         raise ValueError(f"NTK scaling needs rotary_dim >= 4, got rotary_dim={2 * num_freq}")
+    if xp is np:
+        return np.power(float(growth), -np.arange(num_freq, dtype=np.float64) / (num_freq - 1))
     exponent = jnp.arange(num_freq, dtype=jnp.float32) / jnp.float32(num_freq - 1)
     return jnp.exp(-exponent * jnp.log(jnp.asarray(growth, jnp.float32)))
 
 
 def ntk(inv_freq, *, factor: float) -> Result:
     """NTK-aware (static): base -> base * factor^(d / (d - 2)). inv_freq float32 [R] -> [R]."""
-    inv_freq = jnp.asarray(inv_freq, jnp.float32)
-    return _out(inv_freq * _ntk_scale(inv_freq.shape[0], _check_factor(factor)))
+    inv_freq = _freqs(inv_freq)
+    return _out(inv_freq * _ntk_scale(inv_freq.shape[0], _check_factor(factor), _xp(inv_freq)))
 
 
 def dynamic(inv_freq, *, factor: float, original_max_position_embeddings: int,
@@ -90,11 +120,17 @@ def dynamic(inv_freq, *, factor: float, original_max_position_embeddings: int,
     Note (as in Hugging Face): with factor == 1 the base still grows as (s / L0)^(d / (d - 2))
     past L0; factor == 1 is the identity only up to L0.
     """
-    inv_freq = jnp.asarray(inv_freq, jnp.float32)
+    inv_freq = _freqs(inv_freq)
     _check_factor(factor)
     if seq_len is None:
         return _out(inv_freq)
     length = float(original_max_position_embeddings)
+    if _xp(inv_freq) is np and _is_concrete(seq_len):  # host float64, as transformers' base
+        s = max(float(np.max(np.asarray(seq_len))), length)
+        return _out(inv_freq * _ntk_scale(inv_freq.shape[0], factor * s / length - (factor - 1),
+                                          np))
+    if _xp(inv_freq) is np:
+        inv_freq = jnp.asarray(inv_freq.astype(np.float32))
     s = jnp.maximum(jnp.asarray(seq_len).astype(jnp.float32), jnp.float32(length))
     growth = jnp.float32(factor) * s / jnp.float32(length) - jnp.float32(factor - 1.0)
     return _out(inv_freq * _ntk_scale(inv_freq.shape[0], growth))
@@ -147,7 +183,7 @@ def yarn(inv_freq, *, factor: float, original_max_position_embeddings: int, base
     """YaRN: inv_freq * (keep + (1 - keep) / factor) with keep = `yarn_ramp(...)`; attention
     factor from `yarn_attention_factor`. inv_freq: float32 [R] plain RoPE frequencies of
     `base` (base is needed for the correction range)."""
-    inv_freq = jnp.asarray(inv_freq, jnp.float32)
+    inv_freq = _freqs(inv_freq)
     _check_factor(factor)
     if not beta_fast > beta_slow:
         raise ValueError(f"beta_fast must be > beta_slow, got beta_fast={beta_fast} and "
@@ -155,7 +191,8 @@ def yarn(inv_freq, *, factor: float, original_max_position_embeddings: int, base
     keep = yarn_ramp(rotary_dim=2 * inv_freq.shape[0], base=base, beta_fast=beta_fast,
                      beta_slow=beta_slow, truncate=truncate,
                      original_max_position_embeddings=original_max_position_embeddings)
-    mix = jnp.asarray(keep + (1.0 - keep) / factor, jnp.float32)
+    mix = keep + (1.0 - keep) / factor
+    mix = mix if _xp(inv_freq) is np else jnp.asarray(mix, jnp.float32)
     return _out(inv_freq * mix, yarn_attention_factor(
         factor=factor, mscale=mscale, mscale_all_dim=mscale_all_dim,
         attention_factor=attention_factor))
@@ -169,9 +206,11 @@ def longrope(inv_freq, *, short_factor: Sequence[float], long_factor: Sequence[f
     The attention factor does not depend on seq_len: explicit `attention_factor`, else
     sqrt(1 + ln(factor) / ln(L0)) (1 for factor <= 1). seq_len: int or traced int scalar.
     """
-    inv_freq = jnp.asarray(inv_freq, jnp.float32)
-    short = jnp.asarray(short_factor, jnp.float32)
-    long_ = jnp.asarray(long_factor, jnp.float32)
+    inv_freq = _freqs(inv_freq)
+    xp = _xp(inv_freq)
+    dtype = np.float64 if xp is np else jnp.float32
+    short = xp.asarray(short_factor, dtype)
+    long_ = xp.asarray(long_factor, dtype)
     if short.shape != inv_freq.shape or long_.shape != inv_freq.shape:
         raise ValueError(f"short_factor and long_factor must have R={inv_freq.shape[0]} entries, "
                          f"got {short.shape[0]} and {long_.shape[0]}")
@@ -180,11 +219,15 @@ def longrope(inv_freq, *, short_factor: Sequence[float], long_factor: Sequence[f
             raise ValueError("longrope needs factor or attention_factor, got neither")
         attention_factor = 1.0 if factor <= 1.0 else math.sqrt(
             1.0 + math.log(factor) / math.log(original_max_position_embeddings))
-    ext = short
-    if seq_len is not None:
-        is_long = jnp.asarray(seq_len) > original_max_position_embeddings
-        ext = jnp.where(is_long, long_, short)
-    return _out(inv_freq / ext, attention_factor)
+    if seq_len is None:
+        return _out(inv_freq / short, attention_factor)
+    if _is_concrete(seq_len):  # strict >, as transformers
+        is_long = bool(np.max(np.asarray(seq_len)) > original_max_position_embeddings)
+        return _out(inv_freq / (long_ if is_long else short), attention_factor)
+    is_long = jnp.asarray(seq_len) > original_max_position_embeddings
+    short_freq, _ = _out(inv_freq / short)
+    long_freq, _ = _out(inv_freq / long_)
+    return jnp.where(is_long, long_freq, short_freq), np.float32(attention_factor)
 
 
 def llama3(inv_freq, *, factor: float, low_freq_factor: float, high_freq_factor: float,
@@ -192,15 +235,28 @@ def llama3(inv_freq, *, factor: float, low_freq_factor: float, high_freq_factor:
     """Llama 3.1: wavelength w = 2 pi / inv_freq; w > L0 / low_freq_factor -> / factor;
     w < L0 / high_freq_factor -> untouched; between, a blend with weight
     t = (L0 / w - low_freq_factor) / (high_freq_factor - low_freq_factor) on the original."""
-    inv_freq = jnp.asarray(inv_freq, jnp.float32)
+    inv_freq = _freqs(inv_freq)
+    xp = _xp(inv_freq)
     _check_factor(factor)
     if not low_freq_factor < high_freq_factor:
         raise ValueError(f"low_freq_factor must be < high_freq_factor, got low_freq_factor="
                          f"{low_freq_factor} and high_freq_factor={high_freq_factor}")
     length = float(original_max_position_embeddings)
-    wavelen = jnp.float32(2 * math.pi) / inv_freq
+    wavelen = (2 * math.pi if xp is np else jnp.float32(2 * math.pi)) / inv_freq
     t = (length / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor)
     smooth = (1.0 - t) * inv_freq / factor + t * inv_freq
-    out = jnp.where(wavelen > length / low_freq_factor, inv_freq / factor, smooth)
-    out = jnp.where(wavelen < length / high_freq_factor, inv_freq, out)
+    out = xp.where(wavelen > length / low_freq_factor, inv_freq / factor, smooth)
+    out = xp.where(wavelen < length / high_freq_factor, inv_freq, out)
     return _out(out)
+
+
+def proportional(inv_freq, *, partial_rotary_factor: float = 1.0, factor: float = 1.0) -> Result:
+    """Proportional RoPE (p-RoPE; Gemma 4's rope_type "proportional"). inv_freq: the plain
+    frequencies base^(-2i / D) over the WHOLE head dim D = 2R (rotary_dim = head_dim); only the
+    first int(partial_rotary_factor * D // 2) pairs rotate, the remaining (lowest-frequency)
+    pairs get frequency 0 and pass through; all are divided by `factor`. [R] -> [R]."""
+    inv_freq = _freqs(inv_freq)
+    fraction = finite_float("partial_rotary_factor", partial_rotary_factor, minimum=0, maximum=1)
+    rotated = int(fraction * (2 * inv_freq.shape[0]) // 2)  # transformers' count
+    keep = np.arange(inv_freq.shape[0]) < rotated
+    return _out(_xp(inv_freq).where(keep, inv_freq, 0.0) / _check_factor(factor))

@@ -232,3 +232,4 @@ register(Method(
     "llama3", fn.llama3, keys=("factor", ORIGINAL, "low_freq_factor", "high_freq_factor"),
     required=("factor", ORIGINAL, "low_freq_factor", "high_freq_factor"), check=_check_llama3,
     stretch=_stretch_llama3))
+register(Method("proportional", fn.proportional, keys=("factor", "partial_rotary_factor")))
