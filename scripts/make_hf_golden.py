@@ -21,10 +21,20 @@ merges its results into the JSON under its own version:
 
 Cases marked `"since": 5` use the transformers 5.x `rope_parameters` form and are skipped by
 4.x (which ignores that key).
+
+Under transformers 5.x the script also writes (scripts/hf_golden_cases.py, _rotate.py, _fuzz.py):
+* tests/data/hf_rotate_golden.json: q and k rotated by each model's own rotary module and apply
+  function (Gemma 3, Gemma 4, Qwen2-VL, Qwen2.5-VL, Qwen3-VL, DeepSeek-V3, Llama 3.1,
+  Phi-3.5-mini, Phi-4-mini, GPT-NeoX defaults), every layer type, both config forms, text
+  positions up to 20,000 and image/video position grids;
+* tests/data/hf_fuzz_golden.json: 400 random valid configs (two seeds) with the rotary
+  module's inv_freq and attention_scaling, or transformers' refusal.
+Run from the repository root: `/tmp/hfenv/bin/python scripts/make_hf_golden.py`.
 """
 
 from __future__ import annotations
 
+import copy
 import importlib
 import json
 import pathlib
@@ -227,7 +237,7 @@ def _softmax_scale_factor(transformers, model_type, config_json):
     tiny = {**config_json, "hidden_size": 64, "num_attention_heads": 2,
             "num_key_value_heads": 2, "kv_lora_rank": 16,
             "q_lora_rank": None if config_json.get("q_lora_rank") is None else 16}
-    config = transformers.AutoConfig.for_model(model_type, **tiny)
+    config = transformers.AutoConfig.for_model(model_type, **copy.deepcopy(tiny))
     module = importlib.import_module(f"transformers.models.{model_type}.modeling_{model_type}")
     attn = getattr(module, ATTENTION_CLASS[model_type])(config, layer_idx=0)
     qk_head_dim = config.qk_nope_head_dim + config.qk_rope_head_dim
@@ -235,7 +245,8 @@ def _softmax_scale_factor(transformers, model_type, config_json):
 
 
 def run_case(transformers, torch, model_type, config_json, seq_len):
-    config = transformers.AutoConfig.for_model(model_type, **config_json)
+    # transformers mutates the dicts it is given (rope_scaling gains keys): hand it a copy
+    config = transformers.AutoConfig.for_model(model_type, **copy.deepcopy(config_json))
     module = importlib.import_module(f"transformers.models.{model_type}.modeling_{model_type}")
     rotary = getattr(module, ROTARY_CLASS[model_type])(config)
     if seq_len is not None:
@@ -287,6 +298,41 @@ def main():
                     "the module's forward (max(position_ids) + 1), 'none' = as constructed.")
     OUT.parent.mkdir(parents=True, exist_ok=True)
     OUT.write_text(json.dumps(data, indent=1, sort_keys=False) + "\n")
+    if major >= 5:
+        write_rotate_and_fuzz(transformers, torch)
+
+
+def write_rotate_and_fuzz(transformers, torch):
+    """tests/data/hf_rotate_golden.json and tests/data/hf_fuzz_golden.json (transformers 5.x)."""
+    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+    from hf_golden_cases import ROTATE_CASES
+    from hf_golden_fuzz import fuzz_goldens
+    from hf_golden_rotate import rotate_case
+
+    meta = {"transformers": transformers.__version__, "torch": torch.__version__}
+    cases = {}
+    for name, config_json, kind in ROTATE_CASES:
+        try:
+            cases[name] = {"config": config_json, "kind": kind,
+                           **rotate_case(transformers, torch, name, config_json, kind)}
+        except Exception as err:  # noqa: BLE001  (a refusal is a result too)
+            cases[name] = {"config": config_json, "kind": kind,
+                           "error": f"{type(err).__name__}: {err}"[:300]}
+        print(f"rotate {name:<36} {sorted(cases[name].get('layers', {})) or cases[name]['error']}",
+              file=sys.stderr)
+    rotate_out = OUT.parent / "hf_rotate_golden.json"
+    rotate_out.write_text(json.dumps({**meta, "note": ROTATE_NOTE, "cases": cases}) + "\n")
+    fuzz = [r for seed in (0, 1) for r in fuzz_goldens(transformers, torch, n=200, seed=seed)]
+    fuzz_out = OUT.parent / "hf_fuzz_golden.json"
+    fuzz_out.write_text(json.dumps({**meta, "cases": fuzz}) + "\n")
+    print(f"fuzz: {len(fuzz)} configs, {sum('error' in r for r in fuzz)} refused by "
+          "transformers", file=sys.stderr)
+
+
+ROTATE_NOTE = ("Written by scripts/make_hf_golden.py: each model's own rotary module and apply "
+               "function on q [B, L, 2, D] and k [B, L, 1, D] drawn as float32 from "
+               "numpy.random.default_rng(seed).standard_normal (q first); q_rot / k_rot / "
+               "inv_freq are little-endian float32, base64.")
 
 
 if __name__ == "__main__":

@@ -28,8 +28,7 @@ from posenc_jax.encodings import rope_scaling
 from posenc_jax.encodings.hf.layers import layer_encodings_from_hf, transformer_config_kwargs
 from posenc_jax.encodings.hf.read import LayerRope, read_layer, rope_dict
 from posenc_jax.encodings.hf.rotate import encoding_for_layer, rotate_like_hf
-from posenc_jax.encodings.rope_scaling import get_mscale
-from posenc_jax.encodings.rope_scaling_validate import resolve_type
+from posenc_jax.encodings.rope_scaling import get_mscale, method, resolve_type
 
 __all__ = [
     "LayerRope",
@@ -84,6 +83,6 @@ def softmax_scale_factor(config: Mapping[str, Any]) -> float:
     has a non-zero `mscale_all_dim`, else 1. It multiplies 1 / sqrt(qk_head_dim) and is NOT
     part of the RoPE attention_factor (transformers 4.57's DeepSeek-V2 omitted it)."""
     raw = rope_dict(config)
-    if not raw or resolve_type(raw) == "default" or not raw.get("mscale_all_dim"):
+    if "mscale_all_dim" not in method(resolve_type(raw)).keys or not raw.get("mscale_all_dim"):
         return 1.0
     return get_mscale(float(raw["factor"]), float(raw["mscale_all_dim"])) ** 2

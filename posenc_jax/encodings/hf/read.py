@@ -27,8 +27,8 @@ import warnings
 from collections.abc import Mapping
 from typing import Any
 
-from posenc_jax.encodings.hf.families import Family, family_of
 from posenc_jax.checks import finite_float
+from posenc_jax.encodings.hf.families import Family, family_of
 from posenc_jax.encodings.rope_scaling import method, resolve_type, validate
 
 __all__ = ["LayerRope", "layer_types", "read_layer", "text_config"]
