@@ -10,16 +10,16 @@ import posenc_jax
 from posenc_jax.encodings import hf_config, rope_scaling
 from posenc_jax.encodings.rope_scaling import registry, validation
 
-BUILTIN = ("default", "linear", "ntk", "dynamic", "yarn", "longrope", "llama3")
+BUILTIN = ("default", "linear", "ntk", "dynamic", "yarn", "longrope", "llama3", "proportional")
 L0, D = 64, 16
 
 
 def test_methods_and_aliases():
     assert rope_scaling.methods() == BUILTIN
-    assert rope_scaling.methods(stretchable=True) == BUILTIN[1:]
+    assert rope_scaling.methods(stretchable=True) == BUILTIN[1:-1]  # proportional: no stretch
     assert rope_scaling.method("su") is rope_scaling.method("longrope")
     with pytest.raises(ValueError, match=r"unknown rope_type='mrope'; valid: default, linear, "
-                                         r"ntk, dynamic, yarn, longrope, llama3"):
+                                         r"ntk, dynamic, yarn, longrope, llama3, proportional"):
         rope_scaling.method("mrope")
     with pytest.raises(ValueError, match=r"rope_type='default' does not extend the context; valid: linear, "):
         rope_scaling.stretch("default", factor=2.0, original_max_position_embeddings=L0,
@@ -34,7 +34,7 @@ def test_methods_and_aliases():
             record.keys)
 
 
-@pytest.mark.parametrize("name", BUILTIN[1:])
+@pytest.mark.parametrize("name", BUILTIN[1:-1])
 def test_stretch_at_factor_one_is_plain_rope_at_the_original_length(name):
     cfg = rope_scaling.stretch(name, factor=1.0, original_max_position_embeddings=L0,
                                rotary_dim=D)

@@ -223,7 +223,8 @@ def test_scaling_rules(factor):
     d, length = 16, 64
     cfgs = {m: scalings.scaling_config(m, factor=factor, train_len=length, rotary_dim=d)
             for m in scalings.methods()}
-    assert set(cfgs) == set(rope_scaling.methods()) - {"default"}
+    assert set(cfgs) == set(rope_scaling.methods(stretchable=True))
+    assert set(cfgs) == set(rope_scaling.methods()) - {"default", "proportional"}
     for method, cfg in cfgs.items():
         assert cfg["rope_type"] == method and cfg["factor"] == factor
     for method in ("dynamic", "yarn", "llama3", "longrope"):

@@ -26,7 +26,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from posenc_jax.checks import integer_array
+from posenc_jax.checks import boolean, integer_array
 from posenc_jax.encodings.base import Encoding, register
 from posenc_jax.encodings.rope import RoPE, apply_cos_sin
 
@@ -104,9 +104,7 @@ class MRoPE(RoPE):
         if sum(section) != self.rotary_dim // 2:
             raise ValueError(f"mrope: mrope_section={list(section)} sums to {sum(section)} but "
                              f"must sum to rotary_dim / 2 = {self.rotary_dim // 2}")
-        if not isinstance(self.interleaved, bool):
-            raise TypeError(f"mrope: interleaved must be a bool, got interleaved="
-                            f"{self.interleaved!r}")
+        boolean("interleaved", self.interleaved)
         if self.is_length_dependent:
             raise ValueError("mrope: length-dependent scaling (dynamic NTK, LongRoPE) is not "
                              f"supported, got rope_type={self.scaling_dict['rope_type']!r}")

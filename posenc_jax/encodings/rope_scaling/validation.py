@@ -65,6 +65,7 @@ KEYS = {
     "short_factor": _factors,
     "long_factor": _factors,
     "low_freq_factor": lambda k, v, d: finite_float(k, v, above=0),
+    "partial_rotary_factor": lambda k, v, d: finite_float(k, v, above=0, maximum=1),
     "high_freq_factor": lambda k, v, d: finite_float(k, v),
 }
 
