@@ -66,18 +66,7 @@ FAMILIES: dict[str, Family] = {
 }
 
 
-def family_of(model_type: str | None, *, required: bool = False) -> Family | None:
-    """The record for `model_type`; None when the config names none (or an unknown one and
-    not `required`). ValueError for an unknown model_type when `required`."""
-    if model_type is None:
-        if required:
-            raise ValueError("config has no model_type; add it (e.g. \"model_type\": \"llama\") "
-                             "so the model class's defaults and apply function are known; "
-                             f"families mirrored: {', '.join(sorted(FAMILIES))}")
-        return None
-    if model_type in FAMILIES:
-        return FAMILIES[model_type]
-    if required:
-        raise ValueError(f"model_type={model_type!r} is not a family mirrored here; "
-                         f"valid: {', '.join(sorted(FAMILIES))}")
-    return None
+def family_of(model_type: str | None) -> Family | None:
+    """The record for `model_type`; None when the config names none or one not mirrored here
+    (read generically: cos/sin over rotary_dim, no class defaults)."""
+    return FAMILIES.get(model_type) if model_type is not None else None
