@@ -60,10 +60,8 @@ def _pair(enc, **kw):
     in-kernel where the scheme declares `kernel_rotation`, dense calls the rotate hook."""
     raw = rotates_inside(enc, "pallas")
 
-    def rotate(q, k, p):  # in float32, then rounded: rope's bfloat16 path has no gradient
-        qr, kr = enc.rotate(p, q.astype(jnp.float32), k.astype(jnp.float32),
-                            kw["q_positions"], kw["k_positions"])
-        return qr.astype(q.dtype), kr.astype(k.dtype)
+    def rotate(q, k, p):
+        return enc.rotate(p, q, k, kw["q_positions"], kw["k_positions"])
 
     def kernel(q, k, v, p):
         if not raw:

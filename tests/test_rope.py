@@ -309,3 +309,18 @@ def test_bad_layout_rotary_dim_and_shapes():
         rope.apply(x, jnp.arange(5), rope.inv_freq(8))
     with pytest.raises(TypeError, match="floating point, got dtype=int32"):
         rope.apply(jnp.zeros((1, 4, 1, 8), jnp.int32), jnp.arange(4), rope.inv_freq(8))
+
+
+def test_bfloat16_rotation_has_the_float32_gradient():
+    """The bfloat16 path widens/rounds with bit operations; their custom JVP keeps it
+    differentiable like astype (bit operations alone give a zero gradient)."""
+    x = jax.random.normal(jax.random.key(0), (2, 5, 3, 8))
+    inv = rope.inv_freq(8)
+    w = jax.random.normal(jax.random.key(1), x.shape)
+
+    def loss(x):
+        return jnp.sum(rope.apply(x, jnp.arange(5), inv).astype(jnp.float32) * w)
+
+    g16 = jax.jit(jax.grad(loss))(x.astype(jnp.bfloat16)).astype(jnp.float32)
+    g32 = jax.jit(jax.grad(loss))(x)
+    np.testing.assert_allclose(g16, g32, atol=3e-2 * float(jnp.max(jnp.abs(g32))))

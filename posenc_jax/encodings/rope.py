@@ -104,20 +104,35 @@ def _coefficients(cos, sin, d: int, layout: str):
     return c, s
 
 
+@jax.custom_jvp
 def _to_float32(x: jax.Array) -> jax.Array:
-    """x.astype(float32), exact; bfloat16 is widened with integer ops (see `_to_x_dtype`)."""
+    """x.astype(float32), exact; bfloat16 is widened with integer ops (see `_to_x_dtype`).
+
+    Differentiable like `astype` (custom JVP): bit operations alone have no gradient.
+    """
     if x.dtype != jnp.bfloat16:
         return x.astype(jnp.float32)
     bits = lax.bitcast_convert_type(x, jnp.uint16).astype(jnp.uint32) << 16
     return lax.bitcast_convert_type(bits, jnp.float32)
 
 
+@_to_float32.defjvp
+def _to_float32_jvp(primals, tangents):
+    return _to_float32(primals[0]), tangents[0].astype(jnp.float32)
+
+
+@jax.custom_jvp
 def _round_to_bfloat16(y: jax.Array) -> jax.Array:
     """float32 -> bfloat16 with round-to-nearest-even, bit-identical to y.astype(bfloat16)."""
     u = lax.bitcast_convert_type(y, jnp.uint32)
     rounded = (u + (jnp.uint32(0x7FFF) + ((u >> 16) & jnp.uint32(1)))) >> 16
     rounded = jnp.where(jnp.isnan(y), (u >> 16) | jnp.uint32(0x0040), rounded)  # quiet NaN
     return lax.bitcast_convert_type(rounded.astype(jnp.uint16), jnp.bfloat16)
+
+
+@_round_to_bfloat16.defjvp
+def _round_to_bfloat16_jvp(primals, tangents):
+    return _round_to_bfloat16(primals[0]), tangents[0].astype(jnp.bfloat16)
 
 
 def _to_x_dtype(y: jax.Array, dtype) -> jax.Array:
