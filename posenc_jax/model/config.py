@@ -26,10 +26,11 @@ from typing import Any
 import jax.numpy as jnp
 
 from posenc_jax._frozen import _FrozenDict, freeze, thaw
-from posenc_jax.checks import positive_int
+from posenc_jax.checks import boolean, positive_int
 from posenc_jax.encodings.base import Encoding, for_model
 from posenc_jax.model.attention import check_implementation
 from posenc_jax.model.kernels import check_supported
+from posenc_jax.model.scan import check_scannable
 
 __all__ = ["TransformerConfig", "freeze", "thaw"]
 
@@ -80,6 +81,9 @@ class TransformerConfig:
       tie_embeddings: the output projection is the token embedding's transpose.
       dtype: activation/compute dtype; param_dtype: parameter storage dtype.
       norm_eps: RMSNorm epsilon. dense_backend: None, "xla" or "cudnn" (dense attention).
+      scan_layers: run the blocks as one `jax.lax.scan` (compile time independent of depth;
+        same params and checkpoints as the loop); needs one encoding for every layer. See
+        `posenc_jax.model.scan`.
     """
 
     vocab_size: int
@@ -101,6 +105,7 @@ class TransformerConfig:
     param_dtype: Any = "float32"
     norm_eps: float = 1e-6
     dense_backend: str | None = None
+    scan_layers: bool = False
 
     def __post_init__(self):
         def set_(key, value):
@@ -144,6 +149,9 @@ class TransformerConfig:
         if len(axes) > 1:
             raise ValueError(f"the encodings take positions with different axes {axes}; a "
                              "model takes one positions shape")
+        boolean("scan_layers", self.scan_layers)
+        if self.scan_layers:
+            check_scannable(self.layer_encodings)
         for i, entry in enumerate(self.layer_encodings or ()):
             if encs[entry].has_embed:
                 raise ValueError(

@@ -63,7 +63,7 @@ from flax.core import meta as flax_meta
 from flax.core import spmd as flax_spmd
 
 from posenc_jax.encodings.base import Encoding
-from posenc_jax.model import kv_cache
+from posenc_jax.model import kv_cache, scan
 from posenc_jax.model.attention import as_2d, attend, rotates_inside
 from posenc_jax.model.config import TransformerConfig
 from posenc_jax.model.generate import generate
@@ -298,11 +298,14 @@ class Transformer(nnx.Module):
         x = x * jnp.asarray(math.sqrt(cfg.embed_dim), dt)
         x = cfg.input_encoding.embed(_values(self.input_pe), x, positions)
         x = constrain(x.astype(dt), ("batch", "length", "embed"))
-        new = []
-        for i, layer in enumerate(self.layers):
-            x, kv = layer(x, positions, segment_ids, memory, i,
-                          None if rotary is positions else rotary)
-            new.append(kv)
+        rotary = None if rotary is positions else rotary
+        if cfg.scan_layers:
+            x, new = scan.run_layers(self.layers, x, positions, segment_ids, memory, rotary)
+        else:
+            new = []
+            for i, layer in enumerate(self.layers):
+                x, kv = layer(x, positions, segment_ids, memory, i, rotary)
+                new.append(kv)
         x = self.final_norm(x)
         out = emb.T if cfg.tie_embeddings else self.unembed[...]
         logits = jnp.einsum("bte,ev->btv", x, out.astype(dt),
