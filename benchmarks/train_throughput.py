@@ -35,7 +35,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from train import data, sharding, trainer
+from train import data, sharding, trainer, xla_flags
 from train import state as state_lib
 from train import step as step_lib
 
@@ -94,6 +94,7 @@ def main():
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="config override, e.g. model.dtype=bfloat16 (repeatable)")
     args = parser.parse_args()
+    xla_flags.apply_cpu_defaults()  # before the first computation starts JAX's backend
 
     config = load_config(args.config, args.set)
     compute = jnp.dtype(config.model.dtype)

@@ -68,7 +68,9 @@ def jax_worker(seq_len: int, batch: int, spec: str):
     import numpy as np
 
     from configs import default
-    from train import sharding, state as state_lib, step as step_lib
+    from train import sharding
+    from train import state as state_lib
+    from train import step as step_lib
 
     config = default.get_config()
     config.batch_size, config.seq_len = batch, seq_len
@@ -115,7 +117,7 @@ def torch_worker(seq_len: int, batch: int, spec: str):
 def worker_main(kind: str, seq_len: int, batch: int, spec: str, warmup: int) -> None:
     t = time.perf_counter()
     step, sync, desc = (jax_worker if kind == "jax" else torch_worker)(seq_len, batch, spec)
-    for _ in range(warmup):
+    for _ in range(max(warmup, 1)):  # the first step compiles
         step()
     loss = sync()
     _send({"ready": True, "setup_s": time.perf_counter() - t, "loss": loss, **desc})

@@ -70,8 +70,8 @@ def test_scan_kv_cache_decoding_matches_full_forward():
 
 
 @pytest.mark.parametrize("layers,match", [
-    (["rope", "rope", "nope"], r"layer_encodings\[0\]='rope' differs from "
-                               r"layer_encodings\[2\]='nope'"),
+    (["rope", "rope", "nope"], (r"layer_encodings\[0\]='rope' differs from "
+                                r"layer_encodings\[2\]='nope'")),
     (["rope", ("rope", {"base": 500.0}), "rope"], r"layer_encodings\[1\]=\('rope', "),
 ])
 def test_scan_refuses_per_layer_encodings(layers, match):

@@ -9,7 +9,7 @@ import jax
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from train import sharding, trainer
+from train import sharding, trainer, xla_flags
 
 FLAGS = flags.FLAGS
 config_flags.DEFINE_config_file("config", None, "Experiment config file (get_config()).",
@@ -41,4 +41,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
+    xla_flags.apply_cpu_defaults()  # before JAX starts its backend; never over XLA_FLAGS
     app.run(main)

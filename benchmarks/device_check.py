@@ -1,0 +1,192 @@
+"""One prepared accelerator run: tests, RoPE bandwidth, attention table, train step, study.
+
+    bash scripts/device_check.sh OUT            # one H200, about 8 minutes
+    bash scripts/device_check.sh --smoke OUT    # the same on CPU with tiny shapes, < 3 min
+
+Writes OUT/device_check.json (keys platform, jax_version, device, mode, tests, rope,
+attention, train, study, seconds) and OUT/device_check.md. Each section runs in its own
+process with its own time limit (so a crash, a hang or an out-of-memory in one part loses
+nothing else; only one process holds the accelerator at a time) and writes what it has
+measured as it goes: a section that fails is recorded with its error and partial results.
+Sections are in `benchmarks/device_sections.py`; the study is `python -m train.study` with
+`configs/study_ex5.py` (`:smoke` on CPU), run only when that config exists and time is left.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import time
+
+HERE = pathlib.Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path[:0] = [str(ROOT), str(HERE)]
+
+FULL = {
+    "numerics": (2, 1024, 8, 128), "block": 512, "rope": (4, 8192, 16, 128), "reps": 3,
+    "attn_lengths": (4096, 16384, 65536), "attn_tokens": 65536, "attn_heads": 16,
+    "attn_dim": 128, "matmul_n": 8192, "train_steps": 10, "train_batch": (16, 2048),
+    "train_model": {"num_layers": 24, "embed_dim": 1024, "num_heads": 8, "mlp_dim": 3328,
+                    "vocab_size": 256},
+    "budget": {"tests": 100, "rope": 40, "attention": 170, "train": 150, "study": 240},
+    "smoke": False,
+    "pytest": ["tests/test_pallas.py", "tests/test_attention.py", "tests/test_precision.py",
+               "tests/test_scan.py"],
+}
+SMOKE = {
+    "numerics": (1, 64, 2, 16), "block": 16, "rope": (1, 128, 2, 16), "reps": 2,
+    "attn_lengths": (64,), "attn_tokens": 128, "attn_heads": 2, "attn_dim": 16,
+    "matmul_n": 128, "train_steps": 2, "train_batch": (2, 32),
+    "train_model": {"num_layers": 2, "embed_dim": 32, "num_heads": 2, "mlp_dim": 64,
+                    "vocab_size": 256},
+    "budget": {"tests": 30, "rope": 15, "attention": 30, "train": 45, "study": 45},
+    "pytest": [], "smoke": True,
+}
+SECTIONS = ("tests", "rope", "attention", "train", "study")
+
+
+def run_section(name: str, shapes: dict, path: pathlib.Path, deadline: float,
+                outdir: pathlib.Path) -> None:
+    """In a child process: runs one section, rewriting `path` after every result."""
+    from train import xla_flags
+
+    xla_flags.apply_cpu_defaults()  # before the section starts JAX's backend
+    import device_sections as sec
+
+    result = dict(sec.platform_info())
+    result["results"] = {}
+
+    def out(key, value):
+        result["results"][key] = value
+        path.write_text(json.dumps(result, indent=1, default=str))
+
+    out("_started", True)
+    if name == "tests":
+        sec.numerics(shapes, out)
+        files = [f for f in shapes["pytest"] if (ROOT / f).exists()]
+        if files:
+            cmd = [sys.executable, "-m", "pytest", *files, "-q", "-x",
+                   "-p", "no:cacheprovider"]
+            left = max(deadline - time.time(), 10)
+            p = subprocess.run(cmd, check=False, cwd=ROOT, capture_output=True, text=True,
+                               timeout=left)
+            out("pytest", {"cmd": " ".join(cmd[1:]), "rc": p.returncode,
+                           "tail": p.stdout.strip().splitlines()[-3:]})
+    elif name == "rope":
+        sec.rope(shapes, out)
+    elif name == "attention":
+        sec.attention(shapes, out, deadline)
+    elif name == "train":
+        sec.train(shapes, out, deadline)
+    elif name == "study":
+        run_study(shapes, out, deadline, outdir)
+
+
+def run_study(shapes: dict, out, deadline: float, outdir: pathlib.Path) -> None:
+    config = ROOT / "configs" / "study_ex5.py"
+    if not config.exists():
+        out("status", "skipped: configs/study_ex5.py is not in this checkout (issue 14)")
+        return
+    smoke = shapes["smoke"]
+    work = outdir / "study"
+    cmd = [sys.executable, "-m", "train.study",
+           f"--config={config}" + (":smoke" if smoke else ""), f"--workdir={work}"]
+    left = deadline - time.time()
+    try:
+        p = subprocess.run(cmd, check=False, cwd=ROOT, capture_output=True, text=True,
+                           timeout=left)
+        out("status", "ok" if p.returncode == 0 else f"failed rc={p.returncode}")
+        out("tail", (p.stdout + p.stderr).strip().splitlines()[-8:])
+    except subprocess.TimeoutExpired:
+        out("status", f"timed out after {left:.0f} s (resumable: rerun the same command)")
+    out("cmd", " ".join(cmd[1:]))
+    for name in ("report.md", "results.csv"):
+        if (work / name).exists():
+            out(name, (work / name).read_text()[:6000])
+
+
+def drive(outdir: pathlib.Path, smoke: bool) -> dict:
+    shapes = SMOKE if smoke else FULL
+    (outdir / "sections").mkdir(parents=True, exist_ok=True)
+    report = {"mode": "smoke" if smoke else "full"}
+    start = time.time()
+    for name in SECTIONS:
+        budget = shapes["budget"][name]
+        path = outdir / "sections" / f"{name}.json"
+        cmd = [sys.executable, __file__, "--section", name, "--out", str(outdir),
+               "--deadline", str(time.time() + budget)] + (["--smoke"] if smoke else [])
+        t = time.time()
+        try:  # a grace period beyond the section's own deadline before it is killed
+            p = subprocess.run(cmd, check=False, cwd=ROOT, timeout=budget + 30,
+                               capture_output=True, text=True)
+            status = "ok" if p.returncode == 0 else f"failed rc={p.returncode}"
+            tail = (p.stdout + p.stderr).strip().splitlines()[-6:]
+        except subprocess.TimeoutExpired:
+            status, tail = f"killed after {budget + 30} s", []
+        part = json.loads(path.read_text()) if path.exists() else {}
+        for key in ("platform", "jax_version", "device"):
+            report.setdefault(key, part.get(key))
+        entry = part.get("results", {})
+        entry.pop("_started", None)
+        report[name] = {"section_status": status, "seconds": time.time() - t, **entry}
+        if status != "ok":
+            report[name]["log_tail"] = tail
+        print(f"[device_check] {name}: {status} in {time.time() - t:.0f} s", flush=True)
+    report["seconds"] = time.time() - start
+    return report
+
+
+def markdown(r: dict) -> str:
+    where = (f"{r.get('device')} ({r.get('platform')}), jax {r.get('jax_version')}, "
+             f"{r['seconds']:.0f} s in all.")
+    lines = [f"# Device check ({r['mode']})", "", where, ""]
+    for name in SECTIONS:
+        sec = r.get(name, {})
+        lines += [f"## {name}: {sec.get('section_status')} ({sec.get('seconds', 0):.0f} s)", ""]
+        rows = [(k, v) for k, v in sec.items() if k not in ("section_status", "seconds")]
+        if name in ("tests", "attention", "train"):
+            lines += ["| entry | status | numbers |", "| --- | --- | --- |"]
+            for k, v in rows:
+                if isinstance(v, dict):
+                    nums = ", ".join(f"{a}={b:.4g}" if isinstance(b, float) else f"{a}={b}"
+                                     for a, b in v.items() if a not in ("status", "trace"))
+                    lines.append(f"| {k} | {v.get('status', '')} | {nums} |")
+                else:
+                    lines.append(f"| {k} | | {v} |")
+        else:
+            for k, v in rows:
+                shown = f"{v:.4g}" if isinstance(v, float) else v
+                if isinstance(shown, str) and "\n" in shown:
+                    lines += [f"- {k}:", "", "```", shown.strip(), "```"]
+                else:
+                    lines.append(f"- {k}: {shown}")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--smoke", action="store_true")
+    parser.add_argument("--section", choices=SECTIONS, help=argparse.SUPPRESS)
+    parser.add_argument("--deadline", type=float, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    outdir = pathlib.Path(args.out).resolve()
+    if args.section:
+        shapes = SMOKE if args.smoke else FULL
+        path = outdir / "sections" / f"{args.section}.json"
+        return run_section(args.section, shapes, path, args.deadline, outdir)
+    if args.smoke:
+        os.environ["JAX_PLATFORMS"] = "cpu"
+    report = drive(outdir, args.smoke)
+    (outdir / "device_check.json").write_text(json.dumps(report, indent=1, default=str))
+    (outdir / "device_check.md").write_text(markdown(report))
+    print(f"[device_check] wrote {outdir}/device_check.json and device_check.md")
+
+
+if __name__ == "__main__":
+    main()
