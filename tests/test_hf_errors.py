@@ -65,6 +65,10 @@ POS = np.arange(4)[None]
     ({**LLAMA, "partial_rotary_factor": 0.5, "rope_scaling": {"type": "linear", "factor": 2.0}},
      128, POS, None, (r"model_type='llama' applies cos/sin over the whole head dim 128, but "
                      r"partial_rotary_factor gives rotary dim 64")),
+    ({"model_type": "deepseek_v2", "hidden_size": 256, "num_attention_heads": 2,
+      "qk_rope_head_dim": 64, "qk_nope_head_dim": 128}, 192, POS, None,
+     (r"model_type='deepseek_v2' has MLA keys \(qk_nope_head_dim=128\); rotate_like_hf mirrors "
+     r"deepseek_v3's MLA layout only")),
     ({k: v for k, v in LLAMA.items() if k != "model_type"} | {"partial_rotary_factor": 0.5},
      128, POS, None, r"partial_rotary_factor=0.5 without a model_type is ambiguous"),
 ])

@@ -21,7 +21,7 @@ import numpy as np
 
 from posenc_jax.encodings import mrope as _mrope  # noqa: F401  (registers "mrope")
 from posenc_jax.encodings.base import get
-from posenc_jax.encodings.hf.read import LayerRope, read_layer
+from posenc_jax.encodings.hf.read import LayerRope, read_layer, text_config
 
 __all__ = ["encoding_for_layer", "rotate_like_hf"]
 
@@ -95,6 +95,11 @@ def rotate_like_hf(config: Mapping[str, Any], q, k, position_ids, *,
         from q's; a partial rotary factor on a model that rotates the whole head dim.
     """
     enc, layer = encoding_for_layer(config, layer_type)
+    nope = text_config(config)[0].get("qk_nope_head_dim")
+    if nope and not layer.pass_dim:
+        raise ValueError(f"model_type={layer.model_type!r} has MLA keys (qk_nope_head_dim="
+                         f"{nope}); rotate_like_hf mirrors deepseek_v3's MLA layout only: add "
+                         "\"model_type\": \"deepseek_v3\" if the model uses it")
     q, k = jnp.asarray(q), jnp.asarray(k)
     pos = _check(layer, q, k, position_ids, layer_type)
     seq_len = jnp.max(pos) + 1 if enc.is_length_dependent else None
