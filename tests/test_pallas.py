@@ -135,6 +135,19 @@ def test_kernel_equals_dense_bidirectional_offset_queries_and_empty_rows(name):
     assert np.all(np.asarray(out)[1, 0] == 0.0)
 
 
+def test_kernel_rotation_interleaved_partial_with_attention_factor():
+    """In-kernel RoPE beyond the default: interleaved pairs (permuted to halves for the
+    kernel), partial rotary (8 of 16 features; the rest pass through), YaRN's frequencies
+    and attention factor (cos and sin scaled), bidirectional."""
+    enc = posenc_jax.get("rope", head_dim=D, rotary_dim=8, layout="interleaved",
+                         scaling={"rope_type": "yarn", "factor": 4.0,
+                                  "original_max_position_embeddings": 32})
+    assert rotates_inside(enc, "pallas")
+    assert float(enc.kernel_rotation({}).attention_factor) != 1.0
+    pos = jnp.arange(L, dtype=jnp.int32)
+    _check(enc, {}, _qkv(1, L, L), {"q_positions": pos, "k_positions": pos, "causal": False})
+
+
 def test_kernel_equals_dense_in_bfloat16():
     enc, params = _encoding("rope")
     pos = jnp.arange(L, dtype=jnp.int32)

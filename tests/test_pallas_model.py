@@ -83,3 +83,15 @@ def test_decode_with_the_kernel_equals_the_full_forward():
     first, cache = step(model, tokens[:, :8], cache)
     last, cache = step(model, tokens[:, 8:], cache)
     np.testing.assert_allclose(jnp.concatenate([first, last], 1), full, atol=2e-5)
+
+
+def test_device_benchmark_entry_point_records_each_cell_and_its_failure():
+    """benchmarks/attention_device.run (called by scripts/device_check.sh): a dict of rows; a
+    cell that cannot run here (cuDNN on CPU) records its error, the others their figures."""
+    from benchmarks import attention_device
+
+    cells = (("cudnn", "rope", "dense", "cudnn"), ("xla", "alibi", "dense", None))
+    result = attention_device.run(smoke=True, lengths=(32,), cells=cells, log=lambda _: None)
+    failed, ran = result["rows"]
+    assert failed["error"] and failed["fwd_ms"] is None
+    assert ran["error"] is None and ran["fwd_ms"] > 0 and ran["fwd_bwd_mem_bytes"] > 0

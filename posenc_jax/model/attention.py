@@ -1,8 +1,9 @@
 """Attention that knows positions only through an encoding's bias hook.
 
 Queries and keys arrive already rotated (the layer calls `encoding.rotate` before it caches
-keys, so a KV cache holds rotated keys); `attend` adds the encoding's score bias and the masks
-and mixes the values. Every mask is built from explicit arrays, never from an implied arange:
+keys, so a KV cache holds rotated keys) -- except where `rotates_inside` says the Pallas
+kernel rotates them in-kernel (then q, k and the cache are raw, `rotated=False`); `attend`
+adds the encoding's score bias and the masks and mixes the values. Every mask is built from explicit arrays, never from an implied arange:
 
 * causal: key j is visible to query i iff `k_positions[j] <= q_positions[i]` -- so a cache
   whose slots are filled in any order, and packed documents whose positions restart, work;
@@ -11,13 +12,18 @@ and mixes the values. Every mask is built from explicit arrays, never from an im
 
 A query row that sees no key at all returns zeros (never NaN, never a uniform average).
 
-Two implementations with the same results (tested against each other, values and gradients):
+Implementations with the same results (tested against each other, values and gradients):
 
 * "dense": `jax.nn.dot_product_attention` with the bias and mask materialised as
-  [B, H, Lq, Lk] (`dense_backend="cudnn"` picks cuDNN's fused kernel on GPUs);
+  [B, H, Lq, Lk] (`dense_backend="cudnn"` picks cuDNN's fused kernel on GPUs, with its own
+  causal mask and no bias unless the scheme has one);
 * "blockwise": `posenc_jax.model.blockwise`, an online-softmax (flash-style) loop over blocks that
   computes each block's bias from the block's positions, so ALiBi, T5 and Shaw never
-  materialise [H, Lq, Lk]; memory is linear in the length.
+  materialise [H, Lq, Lk]; memory is linear in the length;
+* "pallas": `posenc_jax.model.kernels`, a flash-attention kernel (Triton on GPUs, Mosaic on
+  TPUs, interpret mode on CPU, by the platform lowered for) that computes an elementwise bias
+  and RoPE inside the kernel from the blocks' positions, forward and backward;
+* "auto": the kernel on GPU/TPU when the encoding allows it, else dense (short) or blockwise.
 
 The softmax scale is 1 / sqrt(D). A bias hook with `bias_needs_query` (Shaw et al.) receives
 the query already multiplied by that scale, so it returns exactly the additive logit term.
