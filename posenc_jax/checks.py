@@ -19,17 +19,22 @@ import numbers
 from collections.abc import Sequence
 from typing import Any
 
+import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.experimental import checkify
 
 __all__ = [
     "boolean",
+    "checked_token_ids",
     "finite_float",
     "integer",
     "integer_array",
+    "last_axis",
     "one_of",
     "pair",
     "positive_int",
+    "token_ids",
 ]
 
 
@@ -109,6 +114,43 @@ def integer_array(name: str, value: Any):
         raise TypeError(f"{name} must have an integer dtype (they index a table), got "
                         f"dtype={value.dtype}")
     return value
+
+
+def last_axis(name: str, array: Any, size: int, what: str) -> None:
+    """ValueError unless `array`'s last axis has `size` entries (`what` names where the size
+    comes from, e.g. "the sinusoidal encoding's embed_dim")."""
+    shape = jnp.shape(array)
+    if not shape or shape[-1] != size:
+        raise ValueError(f"{name} must be [..., {size}] ({what}={size}), got {name} of shape "
+                         f"{shape}")
+
+
+def token_ids(name: str, tokens: Any, *, vocab_size: int):
+    """`tokens` as an integer jax array; for concrete tokens, ValueError naming the first id
+    outside [0, vocab_size) and where it is. Traced tokens cannot be checked at trace time:
+    see `checked_token_ids`."""
+    tokens = integer_array(name, tokens)
+    if isinstance(tokens, jax.core.Tracer):
+        return tokens
+    host = np.asarray(tokens)
+    bad = (host < 0) | (host >= vocab_size)
+    if bad.any():
+        index = tuple(int(i) for i in np.argwhere(bad)[0])
+        raise ValueError(f"token id {int(host[index])} at {name}[{', '.join(map(str, index))}]"
+                         f" is outside the vocabulary [0, vocab_size={vocab_size})")
+    return tokens
+
+
+def checked_token_ids(name: str, tokens: Any, *, vocab_size: int):
+    """`token_ids` plus, for traced tokens, a `jax.experimental.checkify` check naming the
+    first bad id: call it inside a function wrapped by `checkify.checkify` (jitted or not)."""
+    tokens = token_ids(name, tokens, vocab_size=vocab_size)
+    if isinstance(tokens, jax.core.Tracer):
+        bad = (tokens < 0) | (tokens >= vocab_size)
+        first = jnp.argmax(bad.reshape(-1))
+        checkify.check(~jnp.any(bad), f"token id {{}} in {name} is outside the vocabulary "
+                       f"[0, vocab_size={vocab_size})", tokens.reshape(-1)[first])
+    return tokens
 
 
 def pair(q_positions, k_positions):

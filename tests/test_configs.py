@@ -125,11 +125,11 @@ def test_batch_rows_and_errors():
 def test_bad_config_values(tmp_path):
     config = load("tiny")
     config.grad_accum_steps = 3
-    with pytest.raises(ValueError, match="grad_accum_steps=3 must be >= 1 and divide"):
+    with pytest.raises(ValueError, match="config.grad_accum_steps=3 must divide config.batch_size=8"):
         trainer.train_and_evaluate(config, str(tmp_path))
     config = load("tiny")
     config.num_train_steps = 0
-    with pytest.raises(ValueError, match="num_train_steps must be a positive int, got 0"):
+    with pytest.raises(ValueError, match="config.num_train_steps must be >= 1, got config.num_train_steps=0"):
         trainer.train_and_evaluate(config, str(tmp_path))
     config = load("tiny")
     config.grad_accum_steps = 2  # 8 rows / 2 = 4 rows per microbatch over 8 batch shards

@@ -221,7 +221,12 @@ def test_bfloat16_model_gives_float32_logits_close_to_float32():
     toks = tokens_of(10)
     a, b = forward(f32, toks, jnp.arange(L), None), forward(bf16, toks, jnp.arange(L), None)
     assert b.dtype == jnp.float32
-    assert float(jnp.max(jnp.abs(a - b))) < 0.1 * float(jnp.max(jnp.abs(a)))
+    # bfloat16 keeps 8 significant bits (relative step 2^-8 = 0.0039); measured on 5 seeds the
+    # largest logit error was 0.0048-0.0064 of the largest logit and the RMS error 0.006 of the
+    # RMS logit. 3x and 2x headroom; the old bound (0.1) passed a model 20x less accurate.
+    err = jnp.abs(a - b)
+    assert float(jnp.max(err)) < 0.015 * float(jnp.max(jnp.abs(a)))
+    assert float(jnp.sqrt(jnp.mean(err**2) / jnp.mean(a**2))) < 0.012
 
 
 def test_learned_table_shorter_than_the_input():

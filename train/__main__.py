@@ -5,6 +5,8 @@ recipes), and calls `train.trainer.train_and_evaluate`. Exit status 0 also after
 (the run saved a checkpoint and can be resumed by rerunning the same command).
 """
 
+import sys
+
 import jax
 from absl import app, flags, logging
 from ml_collections import config_flags
@@ -33,7 +35,10 @@ def main(argv):
         process_id=FLAGS.process_id, force=FLAGS.distributed)
     logging.info("JAX process %d/%d, %d local / %d global devices", jax.process_index(),
                  jax.process_count(), jax.local_device_count(), jax.device_count())
-    result = trainer.train_and_evaluate(FLAGS.config, FLAGS.workdir)
+    try:
+        result = trainer.train_and_evaluate(FLAGS.config, FLAGS.workdir)
+    except trainer.USER_ERRORS as err:  # the message says it all: no traceback
+        sys.exit(f"error: {type(err).__name__}: {err}")
     if jax.process_index() == 0:
         summary = " ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
                            for k, v in result.items())

@@ -15,12 +15,15 @@ with a warning, and the previous one is tried.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import logging
 import os
 import shutil
+import sys
 import time
 import warnings
+from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -70,22 +73,51 @@ class _DropFutureNoise(logging.Filter):
         return "exception was never retrieved" not in record.getMessage()
 
 
-_NOISE_FILTER = _DropFutureNoise()
+def _ignore_closed_loop_coroutines(unraisable) -> bool:
+    """True for the noise of a failed orbax restore: a coroutine or callback of tensorstore
+    that is collected after its event loop closed ("Exception ignored in: <coroutine ...>")."""
+    obj = repr(getattr(unraisable, "object", ""))
+    err = unraisable.exc_value
+    return ("coroutine" in obj or isinstance(err, RuntimeError) and "Event loop is closed"
+            in str(err))
 
 
-def _drop_orphaned_futures() -> None:
-    """A failed orbax restore leaves asyncio futures that hold the same error, and asyncio
-    prints each one ("Future exception was never retrieved", kilobytes apiece) when they are
-    collected, possibly at exit. We have reported the failure already, so from the first
-    failure on, the 'asyncio' logger drops exactly that message."""
+@contextlib.contextmanager
+def quiet_failed_restores():
+    """Scoped: while a run is in progress, drop the noise that orbax leaves behind a restore
+    that failed (and that `Checkpointer.restore_latest` has already reported with a warning).
+
+    A failed orbax restore leaves asyncio futures and coroutines that hold the same error;
+    when they are garbage-collected asyncio logs "Future exception was never retrieved" and
+    Python prints "Exception ignored in: <coroutine ...>" tracebacks, kilobytes apiece. Inside
+    this context the 'asyncio' logger drops exactly that message and `sys.unraisablehook`
+    ignores exactly those objects; on exit the garbage is collected and both are restored, so
+    nothing global outlives the run.
+    """
     logger = logging.getLogger("asyncio")
-    if _NOISE_FILTER not in logger.filters:
-        logger.addFilter(_NOISE_FILTER)
-    gc.collect()
+    noise = _DropFutureNoise()
+    logger.addFilter(noise)
+    previous = sys.unraisablehook
+
+    def hook(unraisable):
+        if not _ignore_closed_loop_coroutines(unraisable):
+            previous(unraisable)
+
+    sys.unraisablehook = hook
+    try:
+        yield
+    finally:
+        gc.collect()
+        sys.unraisablehook = previous
+        logger.removeFilter(noise)
 
 
 class CheckpointError(RuntimeError):
     """Raised when no checkpoint in a non-empty directory can be restored."""
+
+
+class CheckpointSaveError(OSError):
+    """A checkpoint could not be written (names the step, the directory and the cause)."""
 
 
 class Checkpointer:
@@ -93,9 +125,15 @@ class Checkpointer:
 
     def __init__(self, directory: str, *, max_to_keep: int = 3, async_save: bool = True):
         self.directory = os.path.abspath(directory)
+        self._pending: int | None = None  # the step of an asynchronous save in flight
+        # Directories are created in the calling thread: a directory that cannot be created
+        # (permissions, a full disk) then raises here, at once. Created asynchronously, the
+        # failure left orbax's writer threads waiting for a "directory ready" signal that never
+        # came, and the process hung at exit (issue 15).
         self._options = ocp.CheckpointManagerOptions(
             max_to_keep=max_to_keep, create=True, cleanup_tmp_directories=True,
-            enable_async_checkpointing=async_save)
+            enable_async_checkpointing=async_save,
+            async_options=ocp.AsyncOptions(create_directories_asynchronously=False))
         self._manager = ocp.CheckpointManager(self.directory, options=self._options)
 
     def all_steps(self) -> list[int]:
@@ -107,13 +145,23 @@ class Checkpointer:
     def save(self, step: int, state: Any, meta: dict[str, Any], *, wait: bool = False) -> None:
         """Saves `state` at `step` (asynchronously unless `wait`); a step already on disk is
         left as it is."""
+        self.wait()  # raises for a failed earlier save before anything else is written
         if step in self._manager.all_steps():
             return
         meta = dict(meta, step=int(step), fingerprint=int(fingerprint(state)))
-        self._manager.save(step, args=ocp.args.Composite(
-            state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta)), force=True)
+        try:
+            self._manager.save(step, args=ocp.args.Composite(
+                state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta)), force=True)
+        except Exception as err:
+            raise self._save_error(step, err) from err
+        self._pending = int(step)
         if wait:
-            self._manager.wait_until_finished()
+            self.wait()
+
+    def _save_error(self, step: int, err: BaseException) -> CheckpointSaveError:
+        return CheckpointSaveError(
+            f"could not save the checkpoint of step {step} in {self.directory}: "
+            f"{type(err).__name__}: {err}")
 
     def restore(self, step: int, abstract_state: Any) -> tuple[Any, dict[str, Any]]:
         """Restores one step onto the shardings in `abstract_state` (ShapeDtypeStructs)."""
@@ -133,11 +181,16 @@ class Checkpointer:
         out = self._manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))
         return dict(out["meta"])
 
-    def restore_latest(self, abstract_state: Any) -> tuple[Any, dict[str, Any]] | None:
+    def restore_latest(self, abstract_state: Any, *, check_meta: Callable[[int, dict], None]
+                       | None = None) -> tuple[Any, dict[str, Any]] | None:
         """The newest restorable (state, meta), or None for an empty directory.
 
-        An unreadable step is moved aside with a warning and the previous one is tried; if
-        none can be read, raises CheckpointError (never silently starts from scratch).
+        `check_meta(step, meta)` sees each step's metadata before its arrays are read, and
+        raises (e.g. for a checkpoint of another model): that error propagates and nothing
+        in the directory is touched. An unreadable step (metadata or arrays that cannot be
+        read, a fingerprint that does not match) is moved aside with a warning and the
+        previous one is tried; if none can be read, raises CheckpointError (never silently
+        starts from scratch).
         """
         self.wait()
         steps = self.all_steps()
@@ -146,10 +199,17 @@ class Checkpointer:
         failures = []
         for step in reversed(steps):
             try:
-                return self.restore(step, abstract_state)
+                meta = self.restore_meta(step)
             except Exception as err:  # noqa: BLE001 -- any failure means "unreadable"
-                reason = f"{type(err).__name__}: {str(err)[:300]}"
-            _drop_orphaned_futures()
+                meta, reason = None, f"{type(err).__name__}: {str(err)[:300]}"
+            if meta is not None:
+                if check_meta is not None:
+                    check_meta(step, meta)  # a mismatch is the caller's error: touch nothing
+                try:
+                    return self.restore(step, abstract_state)
+                except Exception as err:  # noqa: BLE001 -- any failure means "unreadable"
+                    reason = f"{type(err).__name__}: {str(err)[:300]}"
+            gc.collect()  # its orphaned futures, while the caller's filter is on
             where = self._quarantine(step)
             warnings.warn(f"checkpoint at step {step} in {self.directory} could not be restored "
                           f"({reason}); moved it to {where} and falling back to an earlier "
@@ -172,11 +232,19 @@ class Checkpointer:
         return dst
 
     def wait(self) -> None:
-        self._manager.wait_until_finished()
+        """Blocks until an asynchronous save is on disk; CheckpointSaveError if it failed."""
+        step, self._pending = self._pending, None
+        try:
+            self._manager.wait_until_finished()
+        except Exception as err:
+            raise self._save_error(step, err) from err
 
     def close(self) -> None:
-        self._manager.wait_until_finished()
-        self._manager.close()
+        """Waits for a pending save (raising CheckpointSaveError if it failed) and closes."""
+        try:
+            self.wait()
+        finally:
+            self._manager.close()
 
 
 def to_numpy(tree: Any) -> Any:

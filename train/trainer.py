@@ -34,11 +34,12 @@ import jax
 from jax.experimental import multihost_utils
 
 from train import checkpoint as ckpt_lib
-from train import data, sharding
+from train import config_check, data, sharding
 from train import metrics as metrics_lib
 from train import state as state_lib
 from train import step as step_lib
 from train.evaluation import evaluate, evaluate_params, load_model  # noqa: F401 (public API)
+from train.workdir_lock import WorkdirBusyError, WorkdirLock
 
 CHECKPOINT_DIR = ckpt_lib.CHECKPOINT_DIR
 
@@ -82,16 +83,31 @@ def _eval_stream(config):
     return data.config_stream(config.dataset, config.dataset.eval_split)
 
 
-def _check_config(config) -> None:
-    for key in ("num_train_steps", "batch_size", "seq_len", "log_every_steps",
-                "checkpoint_every_steps"):
-        value = config[key]
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"config.{key} must be a positive int, got {value!r}")
-    accum = config.get("grad_accum_steps", 1)
-    if accum < 1 or config.batch_size % accum:
-        raise ValueError(f"grad_accum_steps={accum} must be >= 1 and divide batch_size="
-                         f"{config.batch_size}")
+class ConfigMismatchError(ValueError):
+    """The workdir holds checkpoints of another model; nothing in it was changed."""
+
+
+#: Errors whose message is the whole story (the CLI prints it without a traceback).
+USER_ERRORS = (WorkdirBusyError, ConfigMismatchError, ckpt_lib.CheckpointSaveError,
+               ckpt_lib.CheckpointError, NonFiniteLossError)
+
+
+def _model_check(config, workdir: str):
+    """check_meta for `restore_latest`: refuses a checkpoint saved with another model."""
+    expected = json.loads(config.to_json_best_effort())["model"]
+
+    def check(step: int, meta: dict) -> None:
+        saved = (meta.get("config") or {}).get("model")
+        if saved is None or saved == expected:
+            return
+        diff = [f"config.model.{k}={saved.get(k)!r} there, {expected.get(k)!r} here"
+                for k in sorted(set(saved) | set(expected)) if saved.get(k) != expected.get(k)]
+        raise ConfigMismatchError(
+            f"workdir {workdir} holds a checkpoint of another model (step {step}: "
+            f"{'; '.join(diff)}); nothing was changed. Rerun with the original model config, "
+            "or use another --workdir")
+
+    return check
 
 
 def _finite_or_raise(step: int, values: dict, ckpt: ckpt_lib.Checkpointer) -> dict:
@@ -129,24 +145,28 @@ def train_and_evaluate(config, workdir: str, *, devices=None) -> dict[str, Any]:
 
     Returns the last logged metrics plus `step`, `preempted` and the final evaluation
     (`eval/<len>/loss`, `eval/<len>/ppl`). Raises NonFiniteLossError (see the module
-    docstring), ValueError for a bad config, CheckpointError when the workdir holds only
-    unreadable checkpoints.
+    docstring), TypeError/ValueError naming the key for a bad config (before anything runs),
+    WorkdirBusyError when another run holds the workdir, ConfigMismatchError (touching
+    nothing) when its checkpoints belong to another model, CheckpointError when it holds only
+    unreadable checkpoints, CheckpointSaveError naming the step when a save fails.
     """
-    _check_config(config)
-    preemption = _Preemption()  # first, so a SIGTERM during setup is not fatal
-    try:
-        return _train(config, os.path.abspath(workdir), preemption, devices)
-    finally:
-        preemption.close()
-
-
-def _train(config, workdir: str, preemption: _Preemption, devices) -> dict[str, Any]:
+    config_check.check_config(config)
     mesh = sharding.make_mesh(config.mesh, devices=devices)
     shards = math.prod(mesh.shape[a] for a in sharding.BATCH_AXES)
     micro = config.batch_size // config.get("grad_accum_steps", 1)
     if micro % shards:
         raise ValueError(f"batch_size / grad_accum_steps = {micro} rows per microbatch must be "
                          f"divisible by the mesh's data x fsdp = {shards} batch shards")
+    workdir = os.path.abspath(workdir)
+    preemption = _Preemption()  # first, so a SIGTERM during setup is not fatal
+    try:
+        with WorkdirLock(workdir), ckpt_lib.quiet_failed_restores():
+            return _train(config, workdir, preemption, mesh)
+    finally:
+        preemption.close()
+
+
+def _train(config, workdir: str, preemption: _Preemption, mesh) -> dict[str, Any]:
     setup = state_lib.make_setup(config, mesh)
     stream = _train_stream(config)
     eval_stream = _eval_stream(config) if config.eval.lengths else None
@@ -155,7 +175,7 @@ def _train(config, workdir: str, preemption: _Preemption, devices) -> dict[str, 
                                  async_save=config.get("async_checkpointing", True))
     logger = None
     try:
-        restored = ckpt.restore_latest(setup.abstract)
+        restored = ckpt.restore_latest(setup.abstract, check_meta=_model_check(config, workdir))
         if restored is None:
             state, start = state_lib.init_state(setup, seed=config.seed), 0
         else:

@@ -82,13 +82,20 @@ def bias(slopes, q_positions, k_positions) -> jax.Array:
     if slopes.ndim != 1:
         raise ValueError(f"slopes must be 1-D [H], got shape {slopes.shape}")
     q, k = pair(q_positions, k_positions)                      # [..., Lq, 1], [..., 1, Lk]
-    if jnp.issubdtype(q.dtype, jnp.integer) and jnp.issubdtype(k.dtype, jnp.integer):
-        dist = jnp.abs(k - q).astype(jnp.float32)              # exact integer distance
-    else:
-        dist = jnp.abs(k.astype(jnp.float32) - q.astype(jnp.float32))
-    dist = dist[..., None, :, :]                               # [..., 1, Lq, Lk]
+    dist = distance(q, k)[..., None, :, :]                               # [..., 1, Lq, Lk]
     m = slopes.reshape((1,) * (dist.ndim - 3) + (-1, 1, 1))    # [1.., H, 1, 1]
     return 0.0 - m * dist                                      # +0.0 on the diagonal
+
+
+def distance(q: jax.Array, k: jax.Array) -> jax.Array:
+    """|k - q| as float32 (broadcast). Integer positions: exact max - min in their common
+    type, which never wraps (k - q of unsigned positions would wrap to ~2^32 for every past
+    key); float positions: in float32."""
+    if jnp.issubdtype(q.dtype, jnp.integer) and jnp.issubdtype(k.dtype, jnp.integer):
+        common = jnp.promote_types(q.dtype, k.dtype)
+        q, k = q.astype(common), k.astype(common)
+        return (jnp.maximum(k, q) - jnp.minimum(k, q)).astype(jnp.float32)
+    return jnp.abs(k.astype(jnp.float32) - q.astype(jnp.float32))
 
 
 @register("alibi")
@@ -108,12 +115,7 @@ class ALiBi(Encoding):
     def elementwise_bias(self, params, q_positions, k_positions, head):
         """-slope_head * |q - k| from the block's positions (slopes as exact constants)."""
         slope = take_head(tuple(_slopes(self.num_heads)), head)
-        q, k = jnp.asarray(q_positions), jnp.asarray(k_positions)
-        if jnp.issubdtype(q.dtype, jnp.integer) and jnp.issubdtype(k.dtype, jnp.integer):
-            dist = jnp.abs(k - q).astype(jnp.float32)
-        else:
-            dist = jnp.abs(k.astype(jnp.float32) - q.astype(jnp.float32))
-        return 0.0 - slope * dist
+        return 0.0 - slope * distance(jnp.asarray(q_positions), jnp.asarray(k_positions))
 
     def check_model(self, *, embed_dim, num_heads, head_dim):
         check_model_dim(self.name, "num_heads", self.num_heads, num_heads)

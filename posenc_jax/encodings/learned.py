@@ -24,7 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.experimental import checkify
 
-from posenc_jax.checks import finite_float, integer, integer_array
+from posenc_jax.checks import finite_float, integer, integer_array, last_axis
 from posenc_jax.encodings.base import Encoding, check_model_dim, register
 
 __all__ = ["checked_lookup", "init", "lookup"]
@@ -155,6 +155,7 @@ class Learned(Encoding):
         return {"table": init(key, self.max_len, self.embed_dim, stddev=self.stddev)}
 
     def embed(self, params, x, positions):
+        last_axis("x", x, self.embed_dim, f"the {self.name} encoding's embed_dim")
         pe = lookup(params["table"], positions)
         return x + jnp.broadcast_to(pe, x.shape).astype(x.dtype)
 

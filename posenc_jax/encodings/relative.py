@@ -18,6 +18,7 @@ import math
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from posenc_jax.checks import boolean, integer, integer_array, pair
 
@@ -38,13 +39,35 @@ def relative_positions(q_positions, k_positions) -> jax.Array:
       q_positions: integer [..., Lq]; k_positions: integer [..., Lk] (leading dims broadcast,
         e.g. [B, Lq] with [Lk]).
 
+    Near the int32 limits the difference saturates at them instead of wrapping (every
+    consumer clips it to a much smaller range anyway). Concrete positions that do not fit in
+    int32 are refused; traced ones must fit (they are cast).
+
     Raises:
       TypeError: non-integer positions (names the dtype).
+      ValueError: concrete positions outside the int32 range.
     """
+    _fits_int32("q_positions", q_positions)
+    _fits_int32("k_positions", k_positions)
     q = integer_array("q_positions", q_positions)
     k = integer_array("k_positions", k_positions)
     q, k = pair(q.astype(jnp.int32), k.astype(jnp.int32))
-    return k - q
+    diff = k - q
+    wrapped = ((k ^ q) & (k ^ diff)) < 0  # signs of k and q differ and the result's is wrong
+    return jnp.where(wrapped, jnp.where(k >= 0, _INT32.max, _INT32.min), diff)
+
+
+_INT32 = np.iinfo(np.int32)
+
+
+def _fits_int32(name: str, positions) -> None:
+    if isinstance(positions, jax.core.Tracer):
+        return
+    host = np.asarray(positions)
+    if host.size and np.issubdtype(host.dtype, np.integer) and (
+            host.min() < _INT32.min or host.max() > _INT32.max):
+        raise ValueError(f"{name} must fit in int32 (relative positions are int32), got values "
+                         f"in [{host.min()}, {host.max()}]")
 
 
 def _check_t5(bidirectional: bool, num_buckets: int, max_distance: int) -> int:

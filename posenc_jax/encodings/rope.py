@@ -227,14 +227,7 @@ class RoPE(Encoding):
 
     def __post_init__(self):
         integer("head_dim", self.head_dim, minimum=2)
-        rotary_dim = self.rotary_dim
-        if rotary_dim is None:
-            factor = 1.0 if self.partial_rotary_factor is None else finite_float(
-                "partial_rotary_factor", self.partial_rotary_factor, above=0, maximum=1)
-            rotary_dim = int(self.head_dim * factor)
-        elif self.partial_rotary_factor is not None:
-            raise ValueError("rope: give rotary_dim or partial_rotary_factor, not both "
-                             f"(got {self.rotary_dim} and {self.partial_rotary_factor})")
+        rotary_dim = self._rotary_dim()
         if integer("rotary_dim", rotary_dim) % 2 or not 2 <= rotary_dim <= self.head_dim:
             raise ValueError(f"rope: rotary_dim must be even and in [2, head_dim={self.head_dim}]"
                              f", got rotary_dim={rotary_dim}")
@@ -249,6 +242,29 @@ class RoPE(Encoding):
                 raw, rotary_dim=rotary_dim, max_position_embeddings=self.max_position_embeddings)
             rope_scaling.check_theta(scaling, base=self.base)
             object.__setattr__(self, "scaling", freeze(scaling))
+
+    def _rotary_dim(self) -> int:
+        """rotary_dim, or int(head_dim * partial_rotary_factor) where the factor comes from the
+        field or from the scaling dict (Hugging Face keeps it there; it used to be ignored);
+        given twice, the two must agree."""
+        key = "partial_rotary_factor"
+        factor = self.partial_rotary_factor
+        scaling = thaw(self.scaling) if isinstance(self.scaling, tuple) else self.scaling
+        inner = scaling.get(key) if isinstance(scaling, dict) else None
+        if inner is not None:
+            inner = finite_float(f"scaling[{key!r}]", inner, above=0, maximum=1)
+            if factor is not None and factor != inner:
+                raise ValueError(f"rope: {key}={factor!r} and scaling[{key!r}]={inner!r} "
+                                 "disagree; give one")
+            factor = inner
+        if self.rotary_dim is not None:
+            if factor is not None and self.rotary_dim != int(self.head_dim * factor):
+                raise ValueError(f"rope: give rotary_dim or {key}, not both (got rotary_dim="
+                                 f"{self.rotary_dim} and {key}={factor!r})")
+            return self.rotary_dim
+        if factor is None:
+            return self.head_dim
+        return int(self.head_dim * finite_float(key, factor, above=0, maximum=1))
 
     @functools.cached_property
     def scaling_dict(self) -> dict[str, Any] | None:

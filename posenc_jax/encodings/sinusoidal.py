@@ -17,7 +17,7 @@ import dataclasses
 
 import jax.numpy as jnp
 
-from posenc_jax.checks import finite_float, integer, integer_array
+from posenc_jax.checks import finite_float, integer, integer_array, last_axis
 from posenc_jax.encodings import rope
 from posenc_jax.encodings.base import Encoding, check_model_dim, register
 
@@ -92,7 +92,8 @@ class Sinusoidal(Encoding):
 
     def embed(self, params, x, positions):
         integer_array("positions", positions)
-        pe = encode(positions, x.shape[-1], base=self.base)
+        last_axis("x", x, self.embed_dim, f"the {self.name} encoding's embed_dim")
+        pe = encode(positions, self.embed_dim, base=self.base)
         return x + jnp.broadcast_to(pe, x.shape).astype(x.dtype)
 
     def check_model(self, *, embed_dim, num_heads, head_dim):

@@ -40,6 +40,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from posenc_jax.checks import boolean
 from posenc_jax.encodings.base import Encoding
 from posenc_jax.model import blockwise
 from posenc_jax.model.kernels import check_supported, flash_attention
@@ -140,6 +141,10 @@ def attend(q: Array, k: Array, v: Array, *, encoding: Encoding, params: Any = No
                          f"v {v.shape}")
     if h % kh:
         raise ValueError(f"num_heads H={h} must be divisible by num_kv_heads K={kh}")
+    if not q.dtype == k.dtype == v.dtype:
+        raise TypeError(f"q, k and v must have one dtype, got dtype q={q.dtype}, k={k.dtype}, "
+                        f"v={v.dtype}")
+    boolean("causal", causal)
     if (q_segment_ids is None) != (k_segment_ids is None):
         raise ValueError("give both q_segment_ids and k_segment_ids, or neither")
     if implementation == "pallas":

@@ -76,6 +76,8 @@ def attend_blockwise(q: Array, k: Array, v: Array, *, encoding: Encoding, params
     block_q, block_k = positive_int("block_q", block_q), positive_int("block_k", block_k)
     b, lq, h, d = q.shape
     lk, kh = k.shape[1], k.shape[2]
+    if lq == 0 or lk == 0:  # as the dense path: no query rows, or rows that see no key
+        return jnp.zeros(q.shape, q.dtype)
     g = h // kh
     bq, bk = min(block_q, lq), min(block_k, lk)
     nq, nk = -(-lq // bq), -(-lk // bk)

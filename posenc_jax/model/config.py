@@ -26,7 +26,7 @@ from typing import Any
 import jax.numpy as jnp
 
 from posenc_jax._frozen import _FrozenDict, freeze, thaw
-from posenc_jax.checks import boolean, positive_int
+from posenc_jax.checks import boolean, finite_float, positive_int
 from posenc_jax.encodings.base import Encoding, for_model
 from posenc_jax.model.attention import check_implementation
 from posenc_jax.model.kernels import check_supported
@@ -132,8 +132,9 @@ class TransformerConfig:
         positive_int("block_size", self.block_size)
         set_("dtype", _float_dtype("dtype", self.dtype))
         set_("param_dtype", _float_dtype("param_dtype", self.param_dtype))
-        if not self.norm_eps > 0:
-            raise ValueError(f"norm_eps must be > 0, got norm_eps={self.norm_eps!r}")
+        set_("norm_eps", finite_float("norm_eps", self.norm_eps, above=0.0))
+        boolean("causal", self.causal)
+        boolean("tie_embeddings", self.tie_embeddings)
         set_("encoding_kwargs", _freeze_kwargs(self.encoding_kwargs, "encoding_kwargs"))
         set_("layer_encodings", self._freeze_layers(self.layer_encodings))
         # Build (and so validate) every encoding now; cached outside the dataclass fields.

@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from posenc_jax.checks import finite_float, integer, positive_int
+from posenc_jax.checks import finite_float, integer, positive_int, token_ids
 from posenc_jax.model.kv_cache import init_cache
 
 __all__ = ["generate", "sample"]
@@ -30,7 +30,10 @@ def sample(logits: Array, rng: Array | None, *, temperature: float, top_k: int |
     softmax(logits / temperature) restricted to the `top_k` largest logits (if given)."""
     if temperature == 0.0:
         return jnp.argmax(logits, axis=-1).astype(jnp.int32)
-    logits = logits.astype(jnp.float32) / jnp.float32(temperature)
+    # Shift the best logit to 0 before dividing: at a tiny temperature the others go to -inf
+    # (sampling becomes argmax) instead of everything overflowing to inf (NaN -> token 0).
+    logits = logits.astype(jnp.float32)
+    logits = (logits - jnp.max(logits, axis=-1, keepdims=True)) / jnp.float32(temperature)
     if top_k is not None:
         kth = jax.lax.top_k(logits, top_k)[0][:, -1:]                      # [B, 1]
         logits = jnp.where(logits < kth, -jnp.inf, logits)
@@ -64,14 +67,22 @@ def generate(model, prompt: Array, *, max_new_tokens: int, rng: Array | None = N
     """Prompt int [B, P] -> prompt followed by `max_new_tokens` new tokens, int32 [B, P + N].
 
     Raises:
-      ValueError: max_new_tokens < 1, temperature < 0, top_k outside [1, V], sampling
-        (temperature > 0) without an `rng`, or a prompt that is not int [B, P] with P >= 1.
+      ValueError: max_new_tokens < 1, temperature < 0 or not finite, top_k outside [1, V],
+        sampling (temperature > 0) without an `rng`, a prompt that is not int [B, P] with
+        P >= 1, a prompt token outside [0, V), or P + N positions past an encoding's table.
+      TypeError: max_new_tokens, top_k or temperature of the wrong type.
     """
     prompt = jnp.asarray(prompt)
     if prompt.ndim != 2 or prompt.shape[1] < 1 or not jnp.issubdtype(prompt.dtype, jnp.integer):
         raise ValueError(f"prompt must be int [B, P] with P >= 1, got shape {prompt.shape} "
                          f"and dtype {prompt.dtype}")
+    token_ids("prompt", prompt, vocab_size=model.config.vocab_size)
     max_new_tokens = positive_int("max_new_tokens", max_new_tokens)
+    total, limit = prompt.shape[1] + max_new_tokens, model.config.input_encoding.max_positions
+    if limit is not None and total > limit:
+        raise ValueError(f"a prompt of {prompt.shape[1]} tokens + max_new_tokens="
+                         f"{max_new_tokens} needs {total} positions, but the "
+                         f"{model.config.encoding!r} encoding has max_len={limit}")
     temperature = finite_float("temperature", temperature, minimum=0)  # 0 = greedy
     if top_k is not None:  # at most the vocabulary size
         top_k = integer("top_k", top_k, minimum=1, maximum=model.config.vocab_size)

@@ -62,6 +62,7 @@ from flax import nnx
 from flax.core import meta as flax_meta
 from flax.core import spmd as flax_spmd
 
+from posenc_jax.checks import token_ids
 from posenc_jax.encodings.base import Encoding
 from posenc_jax.model import kv_cache, scan
 from posenc_jax.model.attention import as_2d, attend, rotates_inside
@@ -186,6 +187,7 @@ class Attention(nnx.Module):
         else:
             k_all, v_all = memory.write(layer, k, v)
             new = (k_all, v_all)
+            k_all, v_all = k_all.astype(dt), v_all.astype(dt)  # a cache may store another dtype
             kp, ks, km = memory.positions, memory.segment_ids, memory.valid
         out = attend(q, k_all, v_all, encoding=self.encoding, params=pe, q_positions=positions,
                      k_positions=kp, causal=cfg.causal, q_segment_ids=segment_ids,
@@ -265,11 +267,17 @@ class Transformer(nnx.Module):
             token order (arange(L), or the cache slots).
           segment_ids: int [B, L] or [L]: tokens attend only within their segment (packing).
           cache: a `KVCache` from `init_cache`: prefill (L > 1) and decode (L = 1) alike.
+
+        Token ids must be in [0, V). Concrete ids outside are a ValueError naming the id;
+        traced ones (under jit) cannot be checked at trace time and give NaN logits (never a
+        wrapped or clamped row): check them with `posenc_jax.checks.checked_token_ids` under
+        `jax.experimental.checkify.checkify`.
         """
         tokens = jnp.asarray(tokens)
         if tokens.ndim != 2 or not jnp.issubdtype(tokens.dtype, jnp.integer):
             raise ValueError(f"tokens must be an int array [B, L], got shape {tokens.shape} and "
                              f"dtype {tokens.dtype}")
+        token_ids("tokens", tokens, vocab_size=self.config.vocab_size)
         if cache is not None:
             return kv_cache.step(self, tokens, positions, segment_ids, cache)
         length = tokens.shape[1]
@@ -294,7 +302,8 @@ class Transformer(nnx.Module):
         rotary = rotary if rotary_positions is None else rotary_positions
         segment_ids = as_2d(segment_ids, t, b, "segment_ids")        # [B|1, T] or None
         emb = self.embedding[...]
-        x = jnp.take(emb, tokens, axis=0, mode="fill", fill_value=jnp.nan).astype(dt)
+        ids = jnp.where(tokens < 0, cfg.vocab_size, tokens)  # out of range: NaN, never a wrap
+        x = jnp.take(emb, ids, axis=0, mode="fill", fill_value=jnp.nan).astype(dt)
         x = x * jnp.asarray(math.sqrt(cfg.embed_dim), dt)
         x = cfg.input_encoding.embed(_values(self.input_pe), x, positions)
         x = constrain(x.astype(dt), ("batch", "length", "embed"))

@@ -34,7 +34,7 @@ class Validated(dict):
 
 
 def _length(key: str, value: Any) -> int:
-    if isinstance(value, float) and value.is_integer():  # JSON configs may write 4096.0
+    if isinstance(value, float) and finite_float(key, value).is_integer():  # JSON: 4096.0
         value = int(value)
     return integer(key, value, minimum=1)
 

@@ -1,0 +1,89 @@
+"""The whole experiment config, checked before a run touches its workdir or takes a step.
+
+Every key the trainer reads is checked here with `posenc_jax.checks` and named as the user
+types it on the command line (`config.eval.lengths[0]`, `config.model: ...`), so a setting
+that cannot work fails at once instead of after training (`eval.lengths=(0,)`), never
+(`checkpoints_to_keep=0` kept nothing and exited 0) or with NaN in the logs (a learned
+position table evaluated past its length).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from posenc_jax.checks import boolean, finite_float, integer, positive_int
+from train import state as state_lib
+
+#: Keys that must be ints >= 1.
+POSITIVE_INTS = ("num_train_steps", "batch_size", "seq_len", "grad_accum_steps",
+                 "log_every_steps", "checkpoint_every_steps", "checkpoints_to_keep")
+
+
+def _optional(check, name: str, value: Any, **kwargs) -> Any:
+    return None if value is None else check(name, value, **kwargs)
+
+
+def _check_optimizer(config) -> None:
+    get = config.get
+    finite_float("config.learning_rate", config.learning_rate, minimum=0.0)
+    integer("config.warmup_steps", get("warmup_steps", 0), minimum=0)
+    finite_float("config.min_lr_ratio", get("min_lr_ratio", 0.1), minimum=0.0, maximum=1.0)
+    finite_float("config.weight_decay", get("weight_decay", 0.0), minimum=0.0)
+    _optional(finite_float, "config.grad_clip_norm", get("grad_clip_norm"), minimum=0.0)
+    for key, default in (("adam_b1", 0.9), ("adam_b2", 0.95)):
+        finite_float(f"config.{key}", get(key, default), minimum=0.0, below=1.0)
+    finite_float("config.adam_eps", get("adam_eps", 1e-8), above=0.0)
+
+
+def _check_eval(config) -> tuple[int, ...]:
+    ev = config.eval
+    positive_int("config.eval.num_tokens", ev.num_tokens)
+    _optional(positive_int, "config.eval.batch_size", ev.get("batch_size"))
+    lengths = ev.lengths
+    if isinstance(lengths, (str, bytes, Mapping)) or not isinstance(lengths, Sequence):
+        raise TypeError(f"config.eval.lengths must be a tuple of ints, got "
+                        f"config.eval.lengths={lengths!r} ({type(lengths).__name__})")
+    return tuple(positive_int(f"config.eval.lengths[{i}]", n) for i, n in enumerate(lengths))
+
+
+def _check_mesh(config) -> None:
+    for axis, size in dict(config.mesh).items():
+        size = integer(f"config.mesh.{axis}", size, minimum=-1)
+        if size == 0:
+            raise ValueError(f"config.mesh.{axis} must be >= 1 or -1 (all remaining devices), "
+                             f"got config.mesh.{axis}=0")
+
+
+def _check_model(config, lengths: tuple[int, ...]):
+    try:
+        model = state_lib.transformer_config(config.model)
+    except (TypeError, ValueError) as err:
+        raise type(err)(f"config.model: {err}") from None
+    limit = model.input_encoding.max_positions
+    if limit is not None:
+        for key, length in (("config.seq_len", config.seq_len),
+                            *((f"config.eval.lengths[{i}]", n) for i, n in enumerate(lengths))):
+            if length > limit:
+                raise ValueError(
+                    f"{key}={length} exceeds the {limit} positions of the "
+                    f"{model.encoding!r} encoding's table (config.model.encoding_kwargs); "
+                    "its positions past the table have no embedding")
+    return model
+
+
+def check_config(config) -> None:
+    """Raises TypeError/ValueError naming `config.<key>` for the first key that cannot work."""
+    integer("config.seed", config.seed)
+    for key in POSITIVE_INTS:
+        positive_int(f"config.{key}", config.get(key, 1))
+    if config.batch_size % config.get("grad_accum_steps", 1):
+        raise ValueError(f"config.grad_accum_steps={config.grad_accum_steps} must divide "
+                         f"config.batch_size={config.batch_size}")
+    integer("config.eval_every_steps", config.get("eval_every_steps") or 0, minimum=0)
+    boolean("config.async_checkpointing", config.get("async_checkpointing", True))
+    boolean("config.dataset.packed", config.dataset.get("packed", False))
+    _optional(positive_int, "config.dataset.max_tokens", config.dataset.get("max_tokens"))
+    _check_optimizer(config)
+    _check_mesh(config)
+    _check_model(config, _check_eval(config))
