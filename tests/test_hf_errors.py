@@ -126,3 +126,54 @@ def test_longrope_regime_is_strict_and_batch_wide():
     both, _ = hf_config.rotate_like_hf(PHI3, q, k, pos)
     alone, _ = hf_config.rotate_like_hf(PHI3, q[:1], k[:1], pos[:1])
     assert not np.allclose(np.asarray(both)[:1], np.asarray(alone))  # row 0 went long too
+
+
+@pytest.mark.parametrize("config, error, match", [
+    ({**LLAMA, "hidden_size": "256"}, TypeError, r"hidden_size must be an int, got hidden_size='256'"),
+    ({**LLAMA, "num_attention_heads": 0}, ValueError,
+     r"num_attention_heads must be >= 1, got num_attention_heads=0"),
+    ({**LLAMA, "head_dim": 128.5}, TypeError, r"head_dim must be an int, got head_dim=128.5"),
+    ({**LLAMA, "max_position_embeddings": "4096"}, TypeError,
+     r"max_position_embeddings must be an int, got max_position_embeddings='4096'"),
+    ({**LLAMA, "model_type": 3}, TypeError, r"model_type must be a str, got model_type=3"),
+    ({**GEMMA3, "sliding_window_pattern": 0}, ValueError,
+     r"sliding_window_pattern must be >= 1, got sliding_window_pattern=0"),
+    ({**GEMMA3, "layer_types": ["full_attention"] * 5}, ValueError,
+     r"layer_types has 5 entries but num_hidden_layers=6"),
+    ({**GEMMA3, "layer_types": "full_attention"}, TypeError, r"layer_types must be a list of str"),
+    ({"model_type": "deepseek_v3", "hidden_size": 256, "num_attention_heads": 2,
+      "qk_rope_head_dim": 64, "rope_interleave": "false"}, TypeError,
+     r"rope_interleave must be a bool \(True or False\), got rope_interleave='false'"),
+    ({**QWEN2_VL, "rope_scaling": {"type": "mrope", "mrope_section": "16,24,24"}}, TypeError,
+     r"mrope_section must be a list of 3 ints, got mrope_section='16,24,24'"),
+    ({**QWEN2_VL, "mrope_interleaved": "false"}, TypeError,
+     r"mrope_interleaved must be a bool \(True or False\), got mrope_interleaved='false'"),
+])
+def test_config_values_are_checked_not_coerced(config, error, match):
+    """A string, float or zero where transformers expects an int (or bool) is refused, naming
+    the key, instead of being coerced by int() / bool() (bool('false') is True) or failing as
+    a ZeroDivisionError."""
+    layer_type = "full_attention" if config.get("model_type") == "gemma3_text" else None
+    with pytest.raises(error, match=match):
+        hf_config.rope_kwargs_from_hf_config(config, layer_type=layer_type)
+
+
+def test_transformer_config_kwargs_checks_counts():
+    with pytest.raises(TypeError, match=r"vocab_size must be an int, got vocab_size='32'"):
+        hf_config.transformer_config_kwargs({**LLAMA, "vocab_size": "32", "num_hidden_layers": 2,
+                                             "intermediate_size": 64})
+    with pytest.raises(ValueError, match=r"config needs 'vocab_size' to build"):
+        hf_config.transformer_config_kwargs({**LLAMA, "num_hidden_layers": 2})
+
+
+def test_softmax_scale_factor_reads_the_validated_dict():
+    mla = {"model_type": "deepseek_v3", "hidden_size": 256, "num_attention_heads": 2,
+           "qk_rope_head_dim": 64, "max_position_embeddings": 16384,
+           "rope_scaling": {"type": "yarn", "original_max_position_embeddings": 4096,
+                            "mscale": 1.0, "mscale_all_dim": 1.0}}
+    want = (0.1 * np.log(4.0) + 1.0) ** 2  # factor inferred: 16384 / 4096
+    assert hf_config.softmax_scale_factor(mla) == pytest.approx(want, rel=1e-12)
+    with pytest.raises(TypeError, match=r"mscale_all_dim must be a number"):
+        hf_config.softmax_scale_factor({**mla, "rope_scaling": {**mla["rope_scaling"],
+                                                                "mscale_all_dim": "1"}})
+    assert hf_config.softmax_scale_factor(GEMMA3, layer_type="full_attention") == 1.0

@@ -26,9 +26,9 @@ from typing import Any
 
 from posenc_jax.encodings import rope_scaling
 from posenc_jax.encodings.hf.layers import layer_encodings_from_hf, transformer_config_kwargs
-from posenc_jax.encodings.hf.read import LayerRope, read_layer, rope_dict
+from posenc_jax.encodings.hf.read import LayerRope, read_layer
 from posenc_jax.encodings.hf.rotate import encoding_for_layer, rotate_like_hf
-from posenc_jax.encodings.rope_scaling import get_mscale, method, resolve_type
+from posenc_jax.encodings.rope_scaling import get_mscale
 
 __all__ = [
     "LayerRope",
@@ -77,12 +77,14 @@ def from_hf_config(config: Mapping[str, Any], *, seq_len=None, layer_type: str |
         seq_len=seq_len, max_position_embeddings=kwargs["max_position_embeddings"])
 
 
-def softmax_scale_factor(config: Mapping[str, Any]) -> float:
+def softmax_scale_factor(config: Mapping[str, Any], *, layer_type: str | None = None) -> float:
     """The extra softmax-scale multiplier of the MLA family (DeepSeek-V2/V3 and relatives in
     transformers 5.x): get_mscale(factor, mscale_all_dim)^2 when the RoPE dict is scaled and
     has a non-zero `mscale_all_dim`, else 1. It multiplies 1 / sqrt(qk_head_dim) and is NOT
-    part of the RoPE attention_factor (transformers 4.57's DeepSeek-V2 omitted it)."""
-    raw = rope_dict(config)
-    if "mscale_all_dim" not in method(resolve_type(raw)).keys or not raw.get("mscale_all_dim"):
+    part of the RoPE attention_factor (transformers 4.57's DeepSeek-V2 omitted it).
+    The dict is read and validated as `rope_kwargs_from_hf_config` reads it (a YaRN `factor`
+    inferred from the two lengths included)."""
+    scaling = rope_kwargs_from_hf_config(config, layer_type=layer_type)["scaling"]
+    if not scaling or not scaling.get("mscale_all_dim"):
         return 1.0
-    return get_mscale(float(raw["factor"]), float(raw["mscale_all_dim"])) ** 2
+    return get_mscale(scaling["factor"], scaling["mscale_all_dim"]) ** 2

@@ -15,8 +15,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from posenc_jax.encodings.hf.families import family_of
-from posenc_jax.encodings.hf.read import layer_types, read_layer, text_config
+from posenc_jax.checks import positive_int
+from posenc_jax.encodings.hf.read import layer_types, read_layer, resolve
 
 __all__ = ["layer_encodings_from_hf", "transformer_config_kwargs"]
 
@@ -37,10 +37,7 @@ def layer_encodings_from_hf(config: Mapping[str, Any]) -> list[tuple[str, dict]]
 
     Raises ValueError when the layer types need different head dims (Gemma 4's
     global_head_dim): a TransformerConfig has one head_dim."""
-    flat, model_type = text_config(config)
-    family = family_of(model_type)
-    for key, value in (family.defaults if family else {}).items():
-        flat.setdefault(key, value)
+    flat, _, family = resolve(config)
     types = layer_types(flat, family)
     if types is None:
         return None
@@ -56,19 +53,16 @@ def layer_encodings_from_hf(config: Mapping[str, Any]) -> list[tuple[str, dict]]
 def transformer_config_kwargs(config: Mapping[str, Any], **overrides: Any) -> dict[str, Any]:
     """Keyword arguments of `TransformerConfig` for a transformers config.json dict: vocab,
     layers, widths, heads and the positional encoding(s); `overrides` replace any of them."""
-    flat, model_type = text_config(config)
-    family = family_of(model_type)
-    for key, value in (family.defaults if family else {}).items():
-        flat.setdefault(key, value)
-    try:
-        out = {"vocab_size": int(flat["vocab_size"]), "num_layers": int(flat["num_hidden_layers"]),
-               "embed_dim": int(flat["hidden_size"]),
-               "num_heads": int(flat["num_attention_heads"]),
-               "mlp_dim": int(flat["intermediate_size"])}
-    except KeyError as err:
-        raise ValueError(f"config needs {err.args[0]!r} to build a TransformerConfig") from None
+    flat, _, _ = resolve(config)
+    keys = {"vocab_size": "vocab_size", "num_layers": "num_hidden_layers",
+            "embed_dim": "hidden_size", "num_heads": "num_attention_heads",
+            "mlp_dim": "intermediate_size"}
+    for key in keys.values():
+        if key not in flat:
+            raise ValueError(f"config needs {key!r} to build a TransformerConfig")
+    out = {mine: positive_int(theirs, flat[theirs]) for mine, theirs in keys.items()}
     if flat.get("num_key_value_heads"):
-        out["num_kv_heads"] = int(flat["num_key_value_heads"])
+        out["num_kv_heads"] = positive_int("num_key_value_heads", flat["num_key_value_heads"])
     layers = layer_encodings_from_hf(config)
     if layers is None:
         name, kwargs, head_dim = _entry(config, None)

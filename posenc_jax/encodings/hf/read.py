@@ -24,14 +24,14 @@ from __future__ import annotations
 
 import dataclasses
 import warnings
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from posenc_jax.checks import finite_float
+from posenc_jax.checks import boolean, finite_float, integer, positive_int
 from posenc_jax.encodings.hf.families import Family, family_of
 from posenc_jax.encodings.rope_scaling import method, resolve_type, validate
 
-__all__ = ["LayerRope", "layer_types", "read_layer", "text_config"]
+__all__ = ["LayerRope", "layer_types", "read_layer", "resolve", "text_config"]
 
 _DEFAULT_THETA = 10000.0
 _GEMMA3_THETA = {"full_attention": 1_000_000.0, "sliding_attention": 10_000.0}
@@ -68,7 +68,23 @@ def text_config(config: Mapping[str, Any]) -> tuple[dict, str | None]:
         flat.pop("text_config")
         flat.update(inner)
         model_type = inner.get("model_type") or model_type
+    if model_type is not None and not isinstance(model_type, str):
+        raise TypeError(f"model_type must be a str, got model_type={model_type!r} "
+                        f"({type(model_type).__name__})")
     return flat, model_type
+
+
+def resolve(config: Mapping[str, Any]) -> tuple[dict, str | None, Family | None]:
+    """(the text model's settings with the model class's defaults filled in, model_type, its
+    `Family` or None). A config without model_type but with GPT-NeoX's own `rotary_pct` key is
+    read as gpt_neox."""
+    flat, model_type = text_config(config)
+    family = family_of(model_type)
+    if model_type is None and "rotary_pct" in flat:  # GPT-NeoX's own key
+        family, model_type = family_of("gpt_neox"), "gpt_neox"
+    for key, value in (family.defaults if family else {}).items():
+        flat.setdefault(key, value)
+    return flat, model_type, family
 
 
 def _nested(raw: Any) -> list[str]:
@@ -83,14 +99,21 @@ def layer_types(flat: Mapping[str, Any], family: Family | None) -> list[str] | N
     if not per_layer and not _nested(flat.get("rope_parameters")):
         return None
     if types is None and per_layer:  # the class default: 5 sliding, then 1 full
-        pattern = int(flat.get("sliding_window_pattern", 6))
+        pattern = positive_int("sliding_window_pattern", flat.get("sliding_window_pattern", 6))
         types = ["sliding_attention" if (i + 1) % pattern else "full_attention"
-                 for i in range(int(flat["num_hidden_layers"]))]
+                 for i in range(positive_int("num_hidden_layers", flat["num_hidden_layers"]))]
         if family.per_layer == "gemma4":
             types[-1] = "full_attention"
     if types is None:
         raise ValueError(f"rope_parameters is keyed by layer type {_nested(flat['rope_parameters'])}"
                          " but the config has no layer_types")
+    if isinstance(types, str) or not isinstance(types, Sequence) or not all(
+            isinstance(t, str) for t in types):
+        raise TypeError(f"layer_types must be a list of str, got layer_types={types!r}")
+    num_layers = flat.get("num_hidden_layers")
+    if num_layers is not None and len(types) != positive_int("num_hidden_layers", num_layers):
+        raise ValueError(f"layer_types has {len(types)} entries but num_hidden_layers="
+                         f"{num_layers} (transformers requires one per layer)")
     return list(types)
 
 
@@ -130,13 +153,14 @@ def _head_dim(flat: Mapping[str, Any], family: Family | None, layer_type: str | 
     if family is not None and family.per_layer == "gemma4" and layer_type == "full_attention":
         keys.insert(1, "global_head_dim")
     for key in keys:
-        if flat.get(key):
-            return int(flat[key])
-    try:
-        return int(flat["hidden_size"]) // int(flat["num_attention_heads"])
-    except KeyError as err:
+        if flat.get(key):  # 0 and null mean "not set", as in transformers' `or`
+            return positive_int(key, flat[key])
+    missing = [key for key in ("hidden_size", "num_attention_heads") if key not in flat]
+    if missing:
         raise ValueError(f"config needs head_dim (or hidden_size and num_attention_heads); "
-                         f"missing {err}") from None
+                         f"missing {missing[0]!r}")
+    return (positive_int("hidden_size", flat["hidden_size"])
+            // positive_int("num_attention_heads", flat["num_attention_heads"]))
 
 
 def _theta_and_fraction(flat: Mapping, raw: dict, family: Family | None) -> tuple[float, Any]:
@@ -199,24 +223,21 @@ def _mrope(raw: dict, flat: Mapping, family: Family | None) -> dict:
         return {}
     interleaved = family.mrope == "interleaved"
     said = found.get("mrope_interleaved", flat.get("mrope_interleaved"))
-    if said is not None and bool(said) != interleaved:
+    if said is not None and boolean("mrope_interleaved", said) != interleaved:
         warnings.warn(f"mrope_interleaved={said!r} is ignored: transformers' {family.mrope} "
                       f"multimodal RoPE {'interleaves' if interleaved else 'does not interleave'}"
                       " the sections whatever the config says; so do we", UserWarning,
                       stacklevel=4)
     section = found.get("mrope_section") or flat.get("mrope_section")
+    if isinstance(section, str) or not isinstance(section, Sequence):
+        raise TypeError(f"mrope_section must be a list of 3 ints, got mrope_section={section!r}")
     return {"mrope_section": tuple(section), "interleaved": interleaved}
 
 
 def read_layer(config: Mapping[str, Any], layer_type: str | None = None) -> LayerRope:
     """How transformers rotates q and k in a layer of type `layer_type` (None for a model with
     one RoPE). Raises ValueError / TypeError naming the offending key and value."""
-    flat, model_type = text_config(config)
-    family = family_of(model_type)
-    if model_type is None and "rotary_pct" in flat:  # GPT-NeoX's own key
-        family, model_type = family_of("gpt_neox"), "gpt_neox"
-    for key, value in (family.defaults if family else {}).items():
-        flat.setdefault(key, value)
+    flat, model_type, family = resolve(config)
     raw = _layer_dict(flat, family, layer_type)
     mrope = _mrope(raw, flat, family)
     base, prf = _theta_and_fraction(flat, raw, family)
@@ -227,26 +248,22 @@ def read_layer(config: Mapping[str, Any], layer_type: str | None = None) -> Laye
     rotary_dim = _rotary_dim(head_dim, prf, rope_type, family)
     _original_length(flat, raw, rope_type)
     max_len = flat.get("max_position_embeddings")
+    max_len = None if max_len is None else positive_int("max_position_embeddings", max_len)
     # validated once, here (it warns on stray keys); a method with no keys is plain RoPE
     scaling = validate(raw or {"rope_type": "default"}, rotary_dim=rotary_dim,
                        max_position_embeddings=max_len)
     scaling = scaling if method(rope_type).keys else None
     mla = family is not None and family.apply == "mla"
-    layout = "interleaved" if mla and flat.get("rope_interleave") else "half"
+    interleave = flat.get("rope_interleave") if mla else None  # null: the half layout
+    layout = "interleaved" if interleave is not None and boolean(
+        "rope_interleave", interleave) else "half"
     kwargs = {"head_dim": head_dim, "rotary_dim": rotary_dim, "base": base, "scaling": scaling,
-              "max_position_embeddings": None if max_len is None else int(max_len),
+              "max_position_embeddings": max_len,
               "layout": layout, **mrope}
-    pass_dim = int(flat.get("qk_nope_head_dim") or 0) if mla else 0
+    pass_dim = integer("qk_nope_head_dim", flat.get("qk_nope_head_dim") or 0,
+                       minimum=0) if mla else 0
     return LayerRope(model_type=model_type, encoding="mrope" if mrope else "rope",
                      kwargs=kwargs, q_head_dim=pass_dim + head_dim, pass_dim=pass_dim,
                      deinterleave=layout == "interleaved" and mla,
                      full_apply=family is None or family.apply == "full")
 
-
-def rope_dict(config: Mapping[str, Any], layer_type: str | None = None) -> dict:
-    """The raw RoPE dict transformers reads for that layer (rope_theta filled in)."""
-    flat, model_type = text_config(config)
-    family = family_of(model_type)
-    for key, value in (family.defaults if family else {}).items():
-        flat.setdefault(key, value)
-    return _layer_dict(flat, family, layer_type)
