@@ -30,6 +30,7 @@ __all__ = [
     "finite_float",
     "integer",
     "integer_array",
+    "json_count",
     "last_axis",
     "one_of",
     "pair",
@@ -59,6 +60,15 @@ def integer(name: str, value: Any, *, minimum: int | None = None,
 def positive_int(name: str, value: Any) -> int:
     """`integer(name, value, minimum=1)`."""
     return integer(name, value, minimum=1)
+
+
+def json_count(name: str, value: Any) -> int:
+    """`positive_int` for a count read from a JSON config, where an integral float counts as
+    its int (JSON writers may emit 4096.0); 4096.5, "4096" and True stay TypeErrors, NaN a
+    ValueError."""
+    if isinstance(value, float) and finite_float(name, value).is_integer():
+        value = int(value)
+    return positive_int(name, value)
 
 
 def finite_float(name: str, value: Any, *, minimum: float | None = None,

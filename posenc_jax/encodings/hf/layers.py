@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from posenc_jax.checks import positive_int
+from posenc_jax.checks import json_count
 from posenc_jax.encodings.hf.read import layer_types, read_layer, resolve
 
 __all__ = ["layer_encodings_from_hf", "transformer_config_kwargs"]
@@ -60,9 +60,9 @@ def transformer_config_kwargs(config: Mapping[str, Any], **overrides: Any) -> di
     for key in keys.values():
         if key not in flat:
             raise ValueError(f"config needs {key!r} to build a TransformerConfig")
-    out = {mine: positive_int(theirs, flat[theirs]) for mine, theirs in keys.items()}
+    out = {mine: json_count(theirs, flat[theirs]) for mine, theirs in keys.items()}
     if flat.get("num_key_value_heads"):
-        out["num_kv_heads"] = positive_int("num_key_value_heads", flat["num_key_value_heads"])
+        out["num_kv_heads"] = json_count("num_key_value_heads", flat["num_key_value_heads"])
     layers = layer_encodings_from_hf(config)
     if layers is None:
         name, kwargs, head_dim = _entry(config, None)

@@ -27,7 +27,7 @@ import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from posenc_jax.checks import boolean, finite_float, integer, positive_int
+from posenc_jax.checks import boolean, finite_float, integer, json_count
 from posenc_jax.encodings.hf.families import Family, family_of
 from posenc_jax.encodings.rope_scaling import method, resolve_type, validate
 
@@ -99,9 +99,9 @@ def layer_types(flat: Mapping[str, Any], family: Family | None) -> list[str] | N
     if not per_layer and not _nested(flat.get("rope_parameters")):
         return None
     if types is None and per_layer:  # the class default: 5 sliding, then 1 full
-        pattern = positive_int("sliding_window_pattern", flat.get("sliding_window_pattern", 6))
+        pattern = json_count("sliding_window_pattern", flat.get("sliding_window_pattern", 6))
         types = ["sliding_attention" if (i + 1) % pattern else "full_attention"
-                 for i in range(positive_int("num_hidden_layers", flat["num_hidden_layers"]))]
+                 for i in range(json_count("num_hidden_layers", flat["num_hidden_layers"]))]
         if family.per_layer == "gemma4":
             types[-1] = "full_attention"
     if types is None:
@@ -111,7 +111,7 @@ def layer_types(flat: Mapping[str, Any], family: Family | None) -> list[str] | N
             isinstance(t, str) for t in types):
         raise TypeError(f"layer_types must be a list of str, got layer_types={types!r}")
     num_layers = flat.get("num_hidden_layers")
-    if num_layers is not None and len(types) != positive_int("num_hidden_layers", num_layers):
+    if num_layers is not None and len(types) != json_count("num_hidden_layers", num_layers):
         raise ValueError(f"layer_types has {len(types)} entries but num_hidden_layers="
                          f"{num_layers} (transformers requires one per layer)")
     return list(types)
@@ -154,13 +154,13 @@ def _head_dim(flat: Mapping[str, Any], family: Family | None, layer_type: str | 
         keys.insert(1, "global_head_dim")
     for key in keys:
         if flat.get(key):  # 0 and null mean "not set", as in transformers' `or`
-            return positive_int(key, flat[key])
+            return json_count(key, flat[key])
     missing = [key for key in ("hidden_size", "num_attention_heads") if key not in flat]
     if missing:
         raise ValueError(f"config needs head_dim (or hidden_size and num_attention_heads); "
                          f"missing {missing[0]!r}")
-    return (positive_int("hidden_size", flat["hidden_size"])
-            // positive_int("num_attention_heads", flat["num_attention_heads"]))
+    return (json_count("hidden_size", flat["hidden_size"])
+            // json_count("num_attention_heads", flat["num_attention_heads"]))
 
 
 def _theta_and_fraction(flat: Mapping, raw: dict, family: Family | None) -> tuple[float, Any]:
@@ -248,7 +248,7 @@ def read_layer(config: Mapping[str, Any], layer_type: str | None = None) -> Laye
     rotary_dim = _rotary_dim(head_dim, prf, rope_type, family)
     _original_length(flat, raw, rope_type)
     max_len = flat.get("max_position_embeddings")
-    max_len = None if max_len is None else positive_int("max_position_embeddings", max_len)
+    max_len = None if max_len is None else json_count("max_position_embeddings", max_len)
     # validated once, here (it warns on stray keys); a method with no keys is plain RoPE
     scaling = validate(raw or {"rope_type": "default"}, rotary_dim=rotary_dim,
                        max_position_embeddings=max_len)

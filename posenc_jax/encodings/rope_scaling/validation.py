@@ -19,7 +19,7 @@ import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from posenc_jax.checks import boolean, finite_float, integer
+from posenc_jax.checks import boolean, finite_float, integer, json_count
 from posenc_jax.encodings.rope_scaling.registry import ORIGINAL, Method, method, resolve_type
 
 __all__ = ["Validated", "check_theta", "validate"]
@@ -31,12 +31,6 @@ class Validated(dict):
     """A scaling dict that `validate` returned: checked and normalised. Compares equal to the
     plain dict with the same items. Build one only through `validate` (or from a dict that
     `validate` returned, as the RoPE encoding does after freezing it)."""
-
-
-def _length(key: str, value: Any) -> int:
-    if isinstance(value, float) and finite_float(key, value).is_integer():  # JSON: 4096.0
-        value = int(value)
-    return integer(key, value, minimum=1)
 
 
 def _factors(key: str, value: Any, rotary_dim: int) -> list[float]:
@@ -55,7 +49,7 @@ def _as_is(key: str, value: Any, rotary_dim: int) -> Any:
 # One check per key (Hugging Face names mean the same thing in every method).
 KEYS = {
     "factor": lambda k, v, d: finite_float(k, v, minimum=1),
-    ORIGINAL: lambda k, v, d: _length(k, v),
+    ORIGINAL: lambda k, v, d: json_count(k, v),
     "attention_factor": lambda k, v, d: finite_float(k, v, above=0),
     "beta_fast": lambda k, v, d: finite_float(k, v, above=0),
     "beta_slow": lambda k, v, d: finite_float(k, v, above=0),
@@ -95,7 +89,7 @@ def _inferred(record: Method, scaling: Mapping[str, Any], max_len: int | None) -
         raw[ORIGINAL] = max_len
     if (raw.get("factor") is None and record.factor_from_ratio and raw.get(ORIGINAL) is not None
             and max_len is not None):
-        raw["factor"] = _length("max_position_embeddings", max_len) / _length(ORIGINAL,
+        raw["factor"] = json_count("max_position_embeddings", max_len) / json_count(ORIGINAL,
                                                                               raw[ORIGINAL])
     return raw
 
