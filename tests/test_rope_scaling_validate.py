@@ -128,3 +128,61 @@ def test_normalised_dict_fills_defaults_and_is_a_fixed_point():
     assert got["llama3"] == {**LLAMA3, "factor": 8.0}
     assert rope_scaling.validate({"rope_type": "default"}, rotary_dim=8) == {
         "rope_type": "default"}
+
+
+DYNAMIC = {"rope_type": "dynamic", "factor": 2.0, "original_max_position_embeddings": 64}
+LONG2 = {"rope_type": "longrope", "short_factor": SHORT, "long_factor": [2.0] * 32,
+         "original_max_position_embeddings": 64, "factor": 4.0}
+
+
+@pytest.mark.parametrize("seq_len, error, match", [
+    (-1, ValueError, r"seq_len must be >= 1, got seq_len=-1"),
+    (0, ValueError, r"seq_len must be >= 1, got seq_len=0"),
+    (True, TypeError, r"seq_len must be an int, got seq_len=True \(bool\)"),
+    (100.0, TypeError, r"seq_len must be an int, got seq_len=100.0 \(float\)"),
+    ("100", TypeError, r"seq_len must be an int, got seq_len='100' \(str\)"),
+])
+@pytest.mark.parametrize("scaling", [DYNAMIC, LONG2])
+def test_seq_len_is_checked(scaling, seq_len, error, match):
+    """A negative or zero length silently meant the short regime (LongRoPE) or no scaling
+    (dynamic), and a float was truncated by regime(); now each names the value."""
+    with pytest.raises(error, match=match):
+        rope_scaling.frequencies(scaling, rotary_dim=64, base=10000.0, seq_len=seq_len)
+    with pytest.raises(error, match=match):
+        rope_scaling.regime(scaling, seq_len=seq_len)
+
+
+def test_seq_len_arrays_checked_by_dtype_and_concrete_value():
+    import jax
+    import jax.numpy as jnp
+    with pytest.raises(TypeError, match=r"seq_len must be an int or an integer array, got dtype "
+                                        r"float32"):
+        rope_scaling.frequencies(LONG2, rotary_dim=64, base=10000.0, seq_len=jnp.float32(100))
+    with pytest.raises(ValueError, match=r"seq_len must be >= 1, got seq_len=0"):
+        rope_scaling.frequencies(LONG2, rotary_dim=64, base=10000.0, seq_len=jnp.int32(0))
+    traced = jax.jit(lambda s: rope_scaling.frequencies(LONG2, rotary_dim=64, base=10000.0,
+                                                        seq_len=s)[0])(jnp.int32(100))
+    host = rope_scaling.frequencies(LONG2, rotary_dim=64, base=10000.0, seq_len=100)[0]
+    assert jnp.allclose(traced, host, rtol=1e-6)
+
+
+@pytest.mark.parametrize("value, error", [(4096.0, None), (4096.5, TypeError), ("4096", TypeError),
+                                          (float("nan"), ValueError), (-4096, ValueError)])
+def test_json_counts_read_alike_in_scaling_and_hf_config(value, error):
+    """rope_scaling's original length and the HF reader's head_dim / max_position_embeddings
+    go through one check (checks.json_count): an integral float from a JSON writer is its int,
+    anything else is refused with the same exception."""
+    from posenc_jax import hf_config
+    llama = {"model_type": "llama", "hidden_size": 256, "num_attention_heads": 2,
+             "max_position_embeddings": 8192}
+    calls = [lambda: rope_scaling.validate({**YARN, "original_max_position_embeddings": value},
+                                           rotary_dim=64),
+             lambda: hf_config.rope_kwargs_from_hf_config({**llama, "head_dim": value}),
+             lambda: hf_config.rope_kwargs_from_hf_config({**llama,
+                                                           "max_position_embeddings": value})]
+    for call in calls:
+        if error is None:
+            call()
+        else:
+            with pytest.raises(error):
+                call()

@@ -40,7 +40,9 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
+from posenc_jax.checks import integer
 from posenc_jax.encodings.frequencies import inv_freq_float64
 from posenc_jax.encodings.rope_scaling.formulas import (
     Result,
@@ -69,6 +71,7 @@ from posenc_jax.encodings.rope_scaling.validation import Validated, check_theta,
 __all__ = [
     "Method",
     "Validated",
+    "check_seq_len",
     "check_theta",
     "default",
     "dynamic",
@@ -93,6 +96,22 @@ __all__ = [
 ]
 
 
+def check_seq_len(seq_len):
+    """`seq_len` if it is None, an int >= 1 or an integer array (>= 1 where concrete; a traced
+    one is checked by dtype only). A float, bool or string is a TypeError and a concrete value
+    below 1 a ValueError, instead of a silent truncation or the short regime."""
+    if seq_len is None:
+        return None
+    if not isinstance(seq_len, (jax.Array, np.ndarray)):
+        return integer("seq_len", seq_len, minimum=1)
+    if not jnp.issubdtype(seq_len.dtype, jnp.integer):
+        raise TypeError(f"seq_len must be an int or an integer array, got dtype {seq_len.dtype}")
+    if not isinstance(seq_len, jax.core.Tracer) and np.size(seq_len) and np.min(
+            np.asarray(seq_len)) < 1:
+        raise ValueError(f"seq_len must be >= 1, got seq_len={np.asarray(seq_len).tolist()}")
+    return seq_len
+
+
 def frequencies(scaling: Mapping[str, Any] | None, *, rotary_dim: int, base: float,
                 seq_len=None, max_position_embeddings: int | None = None) -> Result:
     """(inv_freq float32 [rotary_dim // 2], attention_factor np.float32) for a scaling dict.
@@ -105,6 +124,7 @@ def frequencies(scaling: Mapping[str, Any] | None, *, rotary_dim: int, base: flo
     cfg = None if scaling is None else validate(
         scaling, rotary_dim=rotary_dim, max_position_embeddings=max_position_embeddings)
     check_theta(cfg, base=base)
+    seq_len = check_seq_len(seq_len)
     inv_freq = inv_freq_float64(rotary_dim, base=base)  # host float64, rounded once
     if cfg is None:
         return default(inv_freq)
@@ -126,7 +146,7 @@ def regime(scaling: Mapping[str, Any] | None, *, seq_len,
     original length L0, else seq_len. Jittable in seq_len. See the module docstring for the
     KV-cache policy built on it.
     """
-    if seq_len is None or not is_length_dependent(scaling):
+    if check_seq_len(seq_len) is None or not is_length_dependent(scaling):
         return jnp.zeros((), jnp.int32)
     record = method(resolve_type(scaling))
     orig = scaling.get("original_max_position_embeddings")
