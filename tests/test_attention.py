@@ -19,11 +19,18 @@ ENCODINGS = {
     "alibi": {"num_heads": H},
     "t5": {"num_heads": H, "num_buckets": 8, "max_distance": 16},
     "shaw": {"head_dim": D, "max_relative_position": 3},
+    "shaw_value": {"scheme": "shaw", "head_dim": D, "max_relative_position": 3, "value": True},
+    "kerple": {"num_heads": H},
+    "kerple_power": {"scheme": "kerple", "num_heads": H, "variant": "power"},
+    "sandwich": {"num_heads": H, "embed_dim": 16},
+    "fire": {"num_heads": H, "init_length": 16.0},
+    "xpos": {"head_dim": D, "scale_base": 8.0},
 }
 
 
 def _encoding(name):
-    enc = posenc_jax.get(name, **ENCODINGS[name])
+    kw = dict(ENCODINGS[name])
+    enc = posenc_jax.get(kw.pop("scheme", name), **kw)
     params = enc.init(jax.random.key(7))
     params = jax.tree.map(lambda t: t * 20.0, params)  # large enough to matter in the tests
     return enc, params
@@ -52,7 +59,8 @@ def reference(q, k, v, bias, mask):
     return np.einsum("bhqk,bkhd->bqhd", p, v)
 
 
-@pytest.mark.parametrize("name", ["nope", "alibi", "t5", "shaw"])
+@pytest.mark.parametrize("name", ["nope", "alibi", "t5", "shaw", "kerple", "kerple_power",
+                                  "sandwich", "fire"])
 def test_dense_matches_float64_reference(name):
     enc, params = _encoding(name)
     b, lq, lk = 2, 5, 9
@@ -120,10 +128,13 @@ MASK_CASES = {
     "alibi": {"causal": True, "segments": True, "kmask": True},
     "t5": {"causal": False},
     "shaw": {"causal": True},
+    "shaw_value": {"causal": False, "kmask": True},
+    "kerple": {"causal": True, "segments": True},
+    "xpos": {"causal": True, "segments": True, "kmask": True},
 }
 
 
-@pytest.mark.parametrize("name", list(ENCODINGS))
+@pytest.mark.parametrize("name", list(MASK_CASES))
 def test_blockwise_matches_dense_values_and_gradients(name):
     """Length 37 with blocks 8 x 16 (not multiples); positions offset per batch row."""
     cfg = MASK_CASES[name]
@@ -212,3 +223,21 @@ def test_errors_name_the_bad_values():
         attend(q, k, v, q_segment_ids=pos, **kw)
     with pytest.raises(ValueError, match=r"q_positions must have shape \[4\] or \[B=1, 4\]"):
         attend(q, k, v, encoding=enc, q_positions=jnp.arange(5), k_positions=pos)
+
+
+def test_capabilities_are_checked_by_attention_not_by_name():
+    """A bias that needs whole rows of logits (CoPE) is dense only; a causal-only scheme
+    (xPos) refuses bidirectional attention; both errors name the alternative."""
+    q, k, v = _qkv(jax.random.key(6), 1, 4, 4)
+    pos = jnp.arange(4)
+    cope = posenc_jax.get("cope", head_dim=D)
+    with pytest.raises(ValueError, match=r"encoding 'cope' reads whole rows.*use "
+                                         r"attention='dense'"):
+        attend(q, k, v, encoding=cope, params=cope.init(jax.random.key(0)), q_positions=pos,
+               k_positions=pos, implementation="blockwise")
+    xpos = posenc_jax.get("xpos", head_dim=D)
+    for impl in ("dense", "blockwise"):
+        with pytest.raises(ValueError, match=r"encoding 'xpos' is defined for causal attention "
+                                             r"only; got causal=False"):
+            attend(q, k, v, encoding=xpos, q_positions=pos, k_positions=pos, causal=False,
+                   implementation=impl)

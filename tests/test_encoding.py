@@ -20,11 +20,26 @@ from posenc_jax.encodings import base as encoding
 B, L, H, D = 2, 5, 4, 8
 E = H * D
 
-EXPECTED = ["alibi", "learned", "mrope", "nope", "rope", "shaw", "sinusoidal", "t5"]
+EXPECTED = ["alibi", "cope", "fire", "kerple", "learned", "mrope", "nope", "rope", "sandwich",
+            "shaw", "sinusoidal", "t5", "xpos"]
+# Hyperparameters that switch an option on, so the registry-wide tests cover it too.
+VARIANTS = {"shaw_value": ("shaw", {"value": True}), "kerple_power": ("kerple",
+                                                                      {"variant": "power"}),
+            "rope_p_resonance": ("rope", {"p_rope": 0.5, "resonance": True})}
+ALL = EXPECTED + list(VARIANTS)
 
 
 def build(name):
-    return posenc_jax.for_model(name, embed_dim=E, num_heads=H, head_dim=D)
+    name, kw = VARIANTS.get(name, (name, {}))
+    return posenc_jax.for_model(name, kw, embed_dim=E, num_heads=H, head_dim=D)
+
+
+def _random_params(enc, key):
+    """The scheme's params, with all-zero initial tables (CoPE) made random so every hook's
+    dependence on them is visible."""
+    params = enc.init(key)
+    return {k: (jax.random.normal(jax.random.fold_in(key, i), jnp.shape(v)) * 0.5
+                if not np.any(np.asarray(v)) else v) for i, (k, v) in enumerate(params.items())}
 
 
 def inputs(seed=0):
@@ -37,11 +52,22 @@ def inputs(seed=0):
 
 
 def all_hooks(enc, params, x, q, k, pos):
+    """Every hook of the interface on the same inputs (the optional ones where declared)."""
     out = {"embed": enc.embed(params, x, pos)}
     out["q"], out["k"] = enc.rotate(params, q, k, pos, pos)
-    bias = enc.bias(params, pos, pos, q=q * D**-0.5)
+    extra = {}
+    if enc.needs_full_rows:  # whole rows of (causally masked) logits
+        s = jnp.einsum("bqhd,bkhd->bhqk", q, k) * D**-0.5
+        causal = pos[:, None, None, :] <= pos[:, None, :, None]
+        extra["logits"] = jnp.where(causal, s, -1e30)
+    bias = enc.bias(params, pos, pos, q=q * D**-0.5, **extra)
     if bias is not None:
         out["bias"] = bias
+    if enc.has_block_transform:
+        out["q_block"], out["k_block"] = enc.block_transform(params, out["q"], out["k"], pos, pos)
+    if enc.has_value_term:
+        weights = jax.nn.softmax(jnp.einsum("bqhd,bkhd->bhqk", q, k), axis=-1)
+        out["value"] = enc.value_term(params, weights, pos, pos)
     return out
 
 
@@ -78,7 +104,8 @@ def test_names_lists_every_builtin_scheme():
 
 def test_unknown_name_lists_the_valid_ones():
     with pytest.raises(ValueError, match=r"Unknown encoding 'ropee'; valid names are: alibi, "
-                                         r"learned, mrope, nope, rope, shaw, sinusoidal, t5"):
+                                         r"cope, fire, kerple, learned, mrope, nope, rope, "
+                                         r"sandwich, shaw, sinusoidal, t5, xpos"):
         posenc_jax.get("ropee")
 
 
@@ -121,7 +148,7 @@ def test_non_integer_positions_are_a_type_error():
             enc.embed(enc.init(jax.random.key(0)), x, fpos)
     with pytest.raises(TypeError, match="integer"):
         build("rope").rotate({}, q, k, fpos, fpos)
-    for name in ["t5", "shaw"]:
+    for name in ["t5", "shaw", "shaw_value", "kerple", "kerple_power", "sandwich"]:
         enc = build(name)
         with pytest.raises(TypeError, match="integer"):
             enc.bias(enc.init(jax.random.key(0)), fpos, fpos, q=q)
@@ -134,7 +161,7 @@ def test_shaw_bias_without_query_is_an_error():
         enc.bias(enc.init(jax.random.key(0)), pos, pos)
 
 
-@pytest.mark.parametrize("name", EXPECTED)
+@pytest.mark.parametrize("name", ALL)
 def test_scheme_is_hashable_and_declares_its_hooks(name):
     enc = build(name)
     assert hash(enc) == hash(build(name)) and enc == build(name)
@@ -146,15 +173,25 @@ def test_scheme_is_hashable_and_declares_its_hooks(name):
         "learned": (True, False, False), "rope": (False, True, False),
         "mrope": (False, True, False),
         "alibi": (False, False, True), "t5": (False, False, True), "shaw": (False, False, True),
+        "kerple": (False, False, True), "sandwich": (False, False, True),
+        "fire": (False, False, True), "xpos": (False, True, False),
+        "cope": (False, False, True), "shaw_value": (False, False, True),
+        "kerple_power": (False, False, True), "rope_p_resonance": (False, True, False),
     }[name]
     assert (enc.has_embed, enc.has_rotate, enc.has_bias) == expected
-    assert enc.bias_needs_query == (name == "shaw")
+    assert enc.bias_needs_query == (name in ("shaw", "shaw_value", "cope"))
+    assert enc.has_value_term == (name == "shaw_value")
+    assert enc.has_block_transform == (name == "xpos")
+    assert enc.needs_full_rows == (name == "cope")
+    assert enc.causal_only == (name == "xpos")
+    assert enc.has_elementwise_bias == (name in ("alibi", "t5", "kerple", "kerple_power",
+                                                 "sandwich", "fire"))
 
 
-@pytest.mark.parametrize("name", EXPECTED)
+@pytest.mark.parametrize("name", ALL)
 def test_unused_hooks_are_identity(name):
     enc = build(name)
-    params = enc.init(jax.random.key(1))
+    params = _random_params(enc, jax.random.key(1))
     x, q, k, pos = inputs()
     out = all_hooks(enc, params, x, q, k, pos)
     if not enc.has_embed:
@@ -168,20 +205,20 @@ def test_unused_hooks_are_identity(name):
         chex.assert_type(out["bias"], jnp.float32)
 
 
-@pytest.mark.parametrize("name", EXPECTED)
+@pytest.mark.parametrize("name", ALL)
 def test_hooks_jit_equals_eager_and_static_scheme_works(name):
     enc = build(name)
-    params = enc.init(jax.random.key(2))
+    params = _random_params(enc, jax.random.key(2))
     args = inputs(2)
     eager = all_hooks(enc, params, *args)
     jitted = jax.jit(all_hooks, static_argnums=0)(enc, params, *args)
     chex.assert_trees_all_close(eager, jitted, rtol=1e-6, atol=1e-6)
 
 
-@pytest.mark.parametrize("name", EXPECTED)
+@pytest.mark.parametrize("name", ALL)
 def test_hooks_vmap_over_the_batch(name):
     enc = build(name)
-    params = enc.init(jax.random.key(3))
+    params = _random_params(enc, jax.random.key(3))
     x, q, k, pos = inputs(3)
     batched = all_hooks(enc, params, x, q, k, pos)
 
@@ -193,10 +230,10 @@ def test_hooks_vmap_over_the_batch(name):
     chex.assert_trees_all_close(batched, mapped, rtol=1e-6, atol=1e-6)
 
 
-@pytest.mark.parametrize("name", EXPECTED)
+@pytest.mark.parametrize("name", ALL)
 def test_hooks_are_differentiable(name):
     enc = build(name)
-    params = enc.init(jax.random.key(4))
+    params = _random_params(enc, jax.random.key(4))
     x, q, k, pos = inputs(4)
 
     def loss(params, x, q, k):
@@ -284,7 +321,7 @@ def test_every_hook_in_bfloat16_at_positions_near_1e6_matches_float64():
 
     # t5 and shaw read only j - i: at 10^6 they equal the same bias at positions from 0
     base = pos - jnp.min(pos, axis=1, keepdims=True)
-    for name in ["t5", "shaw"]:
+    for name in ["t5", "shaw", "shaw_value", "kerple", "kerple_power", "sandwich"]:
         enc = build(name)
         params = enc.init(jax.random.key(8))
         qs = q * D**-0.5

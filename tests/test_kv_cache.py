@@ -15,6 +15,9 @@ ENCODINGS = {
     "nope": {}, "rope": {"layout": "interleaved", "partial_rotary_factor": 0.5}, "alibi": {},
     "t5": {"num_buckets": 8, "max_distance": 16}, "shaw": {"max_relative_position": 3},
     "sinusoidal": {}, "learned": {"max_len": 32},
+    "kerple": {"variant": "power"}, "sandwich": {}, "fire": {"init_length": 4.0},
+    "xpos": {"scale_base": 4.0}, "cope": {"npos_max": 6},
+    "shaw_value": {"max_relative_position": 3, "value": True},
 }
 SCALINGS = {
     "dynamic": {"rope_type": "dynamic", "factor": 2.0, "original_max_position_embeddings": 6},
@@ -24,11 +27,16 @@ SCALINGS = {
 
 
 def make(encoding="rope", encoding_kwargs=None, **kw):
+    name = "shaw" if encoding == "shaw_value" else encoding
     cfg = TransformerConfig(vocab_size=V, num_layers=2, embed_dim=32, num_heads=4,
-                            num_kv_heads=2, mlp_dim=48, encoding=encoding,
+                            num_kv_heads=2, mlp_dim=48, encoding=name,
                             encoding_kwargs=ENCODINGS.get(encoding, {}) if encoding_kwargs is None
                             else encoding_kwargs, **kw)
-    return Transformer(cfg, rngs=nnx.Rngs(0))
+    model = Transformer(cfg, rngs=nnx.Rngs(0))
+    for i, (path, param) in enumerate(nnx.iter_graph(model)):  # CoPE's table starts at 0
+        if isinstance(param, nnx.Param) and "pe" in path and not bool(jnp.any(param[...])):
+            param[...] = jax.random.normal(jax.random.key(i), param[...].shape)
+    return model
 
 
 @nnx.jit
@@ -57,7 +65,8 @@ TOKENS = jax.random.randint(jax.random.key(1), (2, N), 0, V)
 
 
 @pytest.mark.parametrize("encoding,attention", [(e, "dense") for e in ENCODINGS]
-                         + [("t5", "blockwise")])
+                         + [("t5", "blockwise"), ("xpos", "blockwise"),
+                            ("shaw_value", "blockwise")])
 def test_token_by_token_decode_equals_full_forward(encoding, attention):
     """A causal model's full-forward logits at position i are those of the prefix of length
     i + 1, so one full pass checks every length."""

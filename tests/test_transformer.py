@@ -247,7 +247,7 @@ def test_learned_table_shorter_than_the_input():
     ({"num_kv_heads": 3}, "num_heads=4 must be divisible by num_kv_heads=3"),
     ({"head_dim": 7}, r"rotary_dim must be even.*head_dim=7"),
     ({"attention": "flash"}, "unknown attention implementation 'flash'.*'dense', 'blockwise'"),
-    ({"encoding": "xpos", "encoding_kwargs": {}}, "Unknown encoding 'xpos'; valid names are: "),
+    ({"encoding": "zpos", "encoding_kwargs": {}}, "Unknown encoding 'zpos'; valid names are: "),
     ({"mlp_activation": "relu"}, "unknown mlp_activation 'relu'"),
     ({"layer_encodings": ["rope"]}, "layer_encodings has 1 entries but num_layers=2"),
     ({"layer_encodings": ["rope", "sinusoidal"]},

@@ -8,13 +8,18 @@ configs. Importing this package registers every built-in scheme.
 
 from posenc_jax.encodings import (  # noqa: F401  (importing registers each scheme)
     alibi,
+    cope,
+    fire,
+    kerple,
     learned,
     mrope,
     nope,
     rope,
+    sandwich,
     shaw,
     sinusoidal,
     t5,
+    xpos,
 )
 from posenc_jax.encodings.base import Encoding, for_model, get, names, register
 

@@ -14,6 +14,25 @@ Hooks a scheme does not use are the identity (or return None); NoPE uses none of
 The `q` handed to `bias` is the query already multiplied by the softmax scale, so a
 content-dependent bias (Shaw et al.) returns exactly the additive logit term.
 
+Two optional hooks that attention calls inside its loop (after the KV cache, so cached keys
+stay valid), both supported by dense and blockwise attention:
+
+    value_term(params, weights, q_pos, k_pos)     weights [B, H, Lq, Lk] -> [B, H, Lq, D]
+        added to the attention output, sum_j w_ij u(i, j): Shaw et al.'s a^V. It must be
+        LINEAR in `weights` (blockwise attention feeds it unnormalised block weights and
+        rescales the sum as it does for p v).
+    block_transform(params, q, k, q_pos, k_pos)   -> (q, k) for the block being scored
+        a per-block reparametrisation that leaves every q_i . k_j unchanged whatever block
+        it is called on: xPos re-centres its exponential scale on the query block so that
+        zeta^(n/gamma) never overflows.
+
+and three capabilities, class-level declarations that attention checks (never a name):
+
+    bias_needs_query   the bias hook reads the scaled query (Shaw et al.)
+    needs_full_rows    the bias hook reads whole rows of masked logits (CoPE): dense only;
+                       blockwise attention and the kernels raise ValueError naming "dense"
+    causal_only        defined for causal attention only (xPos): bidirectional raises
+
     >>> enc = posenc_jax.get("alibi", num_heads=8)
     >>> params = enc.init(jax.random.key(0))            # {} -- ALiBi has nothing to learn
     >>> b = enc.bias(params, jnp.arange(4), jnp.arange(4))   # [8, 4, 4]
@@ -136,6 +155,14 @@ class Encoding:
     #: (multimodal RoPE: temporal, height, width). The model validates positions by it and
     #: builds its masks from the token order when positions have A > 1 axes.
     position_axes: ClassVar[int] = 1
+    #: True for schemes whose bias hook reads whole rows of the masked attention logits
+    #: (CoPE): it is called as `bias(params, q_pos, k_pos, q=q_scaled, logits=s)`, s float32
+    #: [B, H, Lq, Lk] = q.k * scale with masked entries at -1e30 (keys in position order).
+    #: Only dense attention has whole rows; blockwise attention and kernels raise ValueError.
+    needs_full_rows: ClassVar[bool] = False
+    #: True for schemes defined for causal attention only (xPos); attention raises ValueError
+    #: for causal=False.
+    causal_only: ClassVar[bool] = False
 
     @property
     def has_embed(self) -> bool:
@@ -158,6 +185,14 @@ class Encoding:
     def has_kernel_rotation(self) -> bool:
         """True when an attention kernel can apply the rotation itself (`kernel_rotation`)."""
         return type(self).kernel_rotation is not Encoding.kernel_rotation
+
+    @property
+    def has_value_term(self) -> bool:
+        return type(self).value_term is not Encoding.value_term
+
+    @property
+    def has_block_transform(self) -> bool:
+        return type(self).block_transform is not Encoding.block_transform
 
     @property
     def max_positions(self) -> int | None:
@@ -224,6 +259,27 @@ class Encoding:
         """
         del params, seq_len
         return None
+
+    def value_term(self, params: Params, weights: Array, q_positions: Array,
+                   k_positions: Array) -> Array | None:
+        """A position term added to the attention output: float32 [B, H, Lq, D], or None.
+
+        `weights` float32 [B, H, Lq, Lk] are the attention weights (dense: the softmax
+        probabilities; blockwise: a block's unnormalised exp(s - m), masked entries 0);
+        positions [B|1, Lq] / [B|1, Lk]. The term must be linear in `weights`, e.g. Shaw et
+        al.'s sum_j w_ij a^V_{clip(j - i)}.
+        """
+        del params, weights, q_positions, k_positions
+        return None
+
+    def block_transform(self, params: Params, q: Array, k: Array, q_positions: Array,
+                        k_positions: Array) -> tuple[Array, Array]:
+        """Transforms the (already rotated, possibly cached) q [B, Lq, H, D] and k [B, Lk, K, D]
+        of one attention block; positions [B|1, Lq] / [B|1, Lk]. Attention calls it on every
+        (query block, key block) it scores, so q_i . k_j must not depend on the blocking
+        (xPos: a scale re-centred on the query block). Default: the identity."""
+        del params, q_positions, k_positions
+        return q, k
 
     def regime(self, k_positions: Array) -> Array:
         """An int32 id that changes exactly when the rotation's frequencies change."""

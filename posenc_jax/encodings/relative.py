@@ -3,9 +3,12 @@
 * T5 (Raffel et al. 2020): the relative position k_pos - q_pos (memory minus query) is mapped
   to one of `num_buckets` buckets (`t5_bucket`); a learned [num_buckets, H] table gives one
   scalar bias per head and bucket (`t5_bias`).
+* `distance`, `same_rank`, `head_values`: the pieces of an elementwise bias (KERPLE,
+  Sandwich, FIRE), which a kernel evaluates on [Bq, 1] / [1, Bk] position blocks.
 * Shaw, Uszkoreit & Vaswani (2018): 2K + 1 learned vectors a_r of width D, shared across
   heads, for the clipped relative position r = clip(k_pos - q_pos, -K, K); they enter the
-  attention logits as q_i . a_{r(i, j)} (`shaw_bias`).
+  attention logits as q_i . a_{r(i, j)} (`shaw_bias`); the optional value-side vectors a^V_r
+  enter the output as sum_j p_ij a^V_{r(i, j)} (`shaw_value_term`).
 
 Positions must be integers here (they index tables): float positions raise TypeError.
 
@@ -21,11 +24,18 @@ import jax.numpy as jnp
 import numpy as np
 
 from posenc_jax.checks import boolean, integer, integer_array, pair
+from posenc_jax.encodings.lookup import take_head
+
+Array = jax.Array
 
 __all__ = [
+    "distance",
+    "head_values",
     "relative_positions",
+    "same_rank",
     "shaw_bias",
     "shaw_init",
+    "shaw_value_term",
     "t5_bias",
     "t5_bucket",
     "t5_init",
@@ -68,6 +78,34 @@ def _fits_int32(name: str, positions) -> None:
             host.min() < _INT32.min or host.max() > _INT32.max):
         raise ValueError(f"{name} must fit in int32 (relative positions are int32), got values "
                          f"in [{host.min()}, {host.max()}]")
+
+
+
+
+
+def same_rank(*arrays) -> list[Array]:
+    """The arrays with ones prepended to their shapes to a common rank (explicit broadcasting
+    under `jax_numpy_rank_promotion='raise'`)."""
+    arrays = [jnp.asarray(a) for a in arrays]
+    rank = max(a.ndim for a in arrays)
+    return [a.reshape((1,) * (rank - a.ndim) + a.shape) for a in arrays]
+
+
+def distance(q_positions, k_positions) -> Array:
+    """|m - n| as float32, elementwise over broadcastable integer positions (e.g. [Bq, 1] and
+    [1, Bk]; use `checks.pair` first for [..., Lq] / [..., Lk] rows). Exact integer difference,
+    then one rounding to float32."""
+    q = integer_array("q_positions", q_positions).astype(jnp.int32)
+    k = integer_array("k_positions", k_positions).astype(jnp.int32)
+    q, k = same_rank(q, k)
+    return jnp.abs(k - q).astype(jnp.float32)
+
+
+def head_values(table: Array, head, like: Array) -> tuple[Array, Array]:
+    """table[head] (float32; table a [H] array or a tuple of H floats) and `like`, brought to
+    a common rank for elementwise use."""
+    values, like = same_rank(take_head(table, head), like)  # kernel-safe (no gather)
+    return values, like
 
 
 def _check_t5(bidirectional: bool, num_buckets: int, max_distance: int) -> int:
@@ -228,3 +266,41 @@ def shaw_bias(table, q, q_positions, k_positions, *, max_relative_position: int)
     idx = jnp.broadcast_to(idx, out_shape)
     qa = jnp.broadcast_to(qa, out_shape[:-1] + qa.shape[-1:])
     return jnp.take_along_axis(qa, idx, axis=-1)                 # [..., H, Lq, Lk]
+
+
+def shaw_value_term(table, weights, q_positions, k_positions, *,
+                    max_relative_position: int) -> jax.Array:
+    """Shaw et al.'s value-side term sum_j w_ij a^V_{clip(k_pos_j - q_pos_i, -K, K)}.
+
+    Linear in `weights`: first the weight that each query puts on each of the 2K + 1 clipped
+    relative positions (P [B, H, Lq, 2K + 1], one masked row sum per relative position, so no
+    [Lq, Lk, 2K + 1] one-hot is built), then P @ table.
+
+    Args:
+      table: [2K + 1, D] (from `shaw_init`), row r = a^V_{r - K}.
+      weights: float [B, H, Lq, Lk] attention weights (probabilities, or unnormalised block
+        weights in blockwise attention).
+      q_positions: integer [B|1, Lq]; k_positions: integer [B|1, Lk].
+      max_relative_position: K >= 1.
+
+    Returns:
+      float32 [B, H, Lq, D].
+
+    Raises:
+      ValueError: K < 1, table rows != 2K + 1, weights not 4-D.
+      TypeError: non-integer positions.
+    """
+    k = integer("max_relative_position", max_relative_position, minimum=1)
+    table = jnp.asarray(table, jnp.float32)
+    weights = jnp.asarray(weights, jnp.float32)
+    if table.ndim != 2 or table.shape[0] != 2 * k + 1:
+        raise ValueError(f"Shaw value table must have 2K+1={2 * k + 1} rows for "
+                         f"max_relative_position={k}, got shape {table.shape}")
+    if weights.ndim != 4:
+        raise ValueError(f"weights must be [B, H, Lq, Lk], got shape {weights.shape}")
+    idx = jnp.clip(relative_positions(q_positions, k_positions), -k, k) + k   # [B|1, Lq, Lk]
+    idx = idx.reshape((-1, 1) + idx.shape[-2:])                               # [B|1, 1, Lq, Lk]
+    zero = jnp.float32(0.0)
+    per_rel = jnp.stack([jnp.sum(jnp.where(idx == r, weights, zero), axis=-1)
+                         for r in range(2 * k + 1)], axis=-1)               # [B, H, Lq, 2K+1]
+    return jnp.einsum("bhqr,rd->bhqd", per_rel, table)

@@ -44,7 +44,8 @@ import numpy as np
 from jax import lax
 
 from posenc_jax._frozen import freeze, thaw
-from posenc_jax.checks import finite_float, integer, integer_array, one_of, positive_int
+from posenc_jax.checks import boolean, finite_float, integer, integer_array, one_of, positive_int
+from posenc_jax.encodings import frequencies as freqs
 from posenc_jax.encodings import rope_scaling
 from posenc_jax.encodings.base import Encoding, KernelRotation, check_model_dim, register
 from posenc_jax.encodings.frequencies import inv_freq
@@ -215,6 +216,15 @@ class RoPE(Encoding):
     `posenc_jax.encodings.rope_scaling`; `partial_rotary_factor` sets `rotary_dim = int(head_dim * f)`
     as Hugging Face does. Length-dependent scalings (dynamic NTK, LongRoPE) read the sequence
     length as `max(k_positions) + 1`, exactly as Hugging Face does with its position ids.
+
+    Two maps act on the final frequencies, after any scaling method (see `frequencies`):
+
+    * `p_rope` = p in [0, 1] (Barbero et al. 2024): only the floor(p R) highest frequencies
+      rotate, the lowest ones are set to 0 (p = 1: RoPE; p = 0: NoPE). Unlike
+      `partial_rotary_factor`, the kept frequencies are those of the full rotary_dim.
+      Gemma 4's `proportional` rope type is p-RoPE with p = its partial_rotary_factor.
+    * `resonance` (Wang et al. 2024): every wavelength 2 pi / theta_i rounded to an integer;
+      with `scaling={"rope_type": "yarn", ...}` this is the paper's Resonance YaRN.
     """
 
     head_dim: int
@@ -224,6 +234,8 @@ class RoPE(Encoding):
     layout: str = "half"
     scaling: Any = None
     max_position_embeddings: int | None = None
+    p_rope: float = 1.0
+    resonance: bool = False
 
     def __post_init__(self):
         integer("head_dim", self.head_dim, minimum=2)
@@ -236,6 +248,9 @@ class RoPE(Encoding):
         if self.max_position_embeddings is not None:
             positive_int("max_position_embeddings", self.max_position_embeddings)
         inv_freq(rotary_dim, base=self.base)  # validates the base
+        object.__setattr__(self, "p_rope", finite_float("p_rope", self.p_rope, minimum=0.0,
+                                                        maximum=1.0))
+        boolean("resonance", self.resonance)
         if self.scaling is not None:
             raw = thaw(self.scaling) if isinstance(self.scaling, tuple) else self.scaling
             scaling = rope_scaling.validate(
@@ -276,9 +291,15 @@ class RoPE(Encoding):
         return self.scaling is not None and rope_scaling.is_length_dependent(self.scaling_dict)
 
     def frequencies(self, seq_len: Array | int | None = None) -> tuple[Array, Array]:
-        """`(inv_freq [R] float32, attention_factor)` for a sequence of length `seq_len`."""
-        return rope_scaling.frequencies(
+        """`(inv_freq [R] float32, attention_factor)` for a sequence of length `seq_len`:
+        the scaling method's, then Resonance rounding, then p-RoPE truncation."""
+        inv, factor = rope_scaling.frequencies(
             self.scaling_dict, rotary_dim=self.rotary_dim, base=self.base, seq_len=seq_len)
+        if self.resonance:
+            inv = freqs.resonance(inv)
+        if self.p_rope < 1.0:
+            inv = freqs.truncate(inv, fraction=self.p_rope)
+        return inv, factor
 
     def regime(self, k_positions):
         if not self.is_length_dependent:

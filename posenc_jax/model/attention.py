@@ -25,6 +25,13 @@ Implementations with the same results (tested against each other, values and gra
   and RoPE inside the kernel from the blocks' positions, forward and backward;
 * "auto": the kernel on GPU/TPU when the encoding allows it, else dense (short) or blockwise.
 
+Encoding capabilities (declared on the encoding, see `posenc_jax.encodings.base`): a
+`block_transform` is applied to each scored block (dense: all queries at once); a
+`value_term` or a bias that `needs_full_rows` makes dense attention compute its probabilities
+explicitly (`posenc_jax.model.explicit`); `needs_full_rows` is dense only, `causal_only`
+requires causal=True (ValueError otherwise, naming the alternative), and the kernel serves
+none of the three (`kernel_capable`; "auto" then picks the portable paths).
+
 The softmax scale is 1 / sqrt(D). A bias hook with `bias_needs_query` (Shaw et al.) receives
 the query already multiplied by that scale, so it returns exactly the additive logit term.
 
@@ -43,8 +50,9 @@ import jax.numpy as jnp
 from posenc_jax.checks import boolean
 from posenc_jax.encodings.base import Encoding
 from posenc_jax.model import blockwise
+from posenc_jax.model.explicit import attend_explicit
 from posenc_jax.model.kernels import check_supported, flash_attention
-from posenc_jax.model.scores import as_2d, build_mask, encoding_bias
+from posenc_jax.model.scores import as_2d, build_mask, check_capabilities, encoding_bias
 
 __all__ = ["DENSE_BACKENDS", "IMPLEMENTATIONS", "as_2d", "attend", "build_mask", "encoding_bias",
            "rotates_inside"]
@@ -66,7 +74,10 @@ def check_implementation(implementation: str, dense_backend: str | None = None) 
 
 
 def kernel_capable(encoding: Encoding) -> bool:
-    """Whether the Pallas kernel can compute this encoding's bias in-kernel."""
+    """Whether the Pallas kernel can compute this encoding's bias in-kernel (and the encoding
+    declares no hook the kernel lacks: value term, block transform, whole rows)."""
+    if encoding.has_value_term or encoding.has_block_transform or encoding.needs_full_rows:
+        return False
     return not encoding.has_bias or encoding.has_elementwise_bias
 
 
@@ -147,6 +158,7 @@ def attend(q: Array, k: Array, v: Array, *, encoding: Encoding, params: Any = No
     boolean("causal", causal)
     if (q_segment_ids is None) != (k_segment_ids is None):
         raise ValueError("give both q_segment_ids and k_segment_ids, or neither")
+    check_capabilities(encoding, implementation=implementation, causal=causal)
     if implementation == "pallas":
         check_supported(encoding)
     qp = as_2d(q_positions, lq, b, "q_positions")
@@ -185,7 +197,8 @@ def attend(q: Array, k: Array, v: Array, *, encoding: Encoding, params: Any = No
         return kernel(q, k, v, masks)
     if implementation != "auto":
         return portable(q, k, v, masks, implementation)
-    cpu_impl = "dense" if lq * lk <= AUTO_DENSE_MAX else "blockwise"
+    cpu_impl = ("dense" if lq * lk <= AUTO_DENSE_MAX or encoding.needs_full_rows
+                else "blockwise")
     if not kernel_capable(encoding):
         return portable(q, k, v, masks, cpu_impl)
     return jax.lax.platform_dependent(
@@ -203,6 +216,12 @@ def _dense(q, k, v, qp, kp, qs, ks, km, *, encoding, params, causal, dense_backe
     """`jax.nn.dot_product_attention` with the bias and masks (see `attend`)."""
     h, d = q.shape[2], q.shape[3]
     scale = 1.0 / math.sqrt(d)
+    if encoding.has_block_transform:  # dense: the whole query set is one block
+        q, k = encoding.block_transform(params, q, k, qp, kp)
+    if encoding.needs_full_rows or encoding.has_value_term:  # they read p or whole rows
+        mask = build_mask(qp, kp, causal=causal, q_segment_ids=qs, k_segment_ids=ks, k_mask=km)
+        return attend_explicit(q, k, v, encoding=encoding, params=params, q_positions=qp,
+                               k_positions=kp, mask=mask, scale=scale)
     bias = encoding_bias(encoding, params, qp, kp, (q * scale).astype(q.dtype), h)
     is_causal = dense_backend == "cudnn" and causal and index_causal
     mask = build_mask(qp, kp, causal=causal and not is_causal, q_segment_ids=qs,

@@ -31,6 +31,7 @@ from posenc_jax.encodings.base import Encoding, for_model
 from posenc_jax.model.attention import check_implementation
 from posenc_jax.model.kernels import check_supported
 from posenc_jax.model.scan import check_scannable
+from posenc_jax.model.scores import check_capabilities
 
 __all__ = ["TransformerConfig", "freeze", "thaw"]
 
@@ -143,6 +144,11 @@ class TransformerConfig:
                                     *(self.layer_encodings or ())]):
             encs[entry] = self._build(*entry)
         object.__setattr__(self, "_encodings", encs)
+        for entry, enc in encs.items():  # the encoding's declared capabilities, at construction
+            try:
+                check_capabilities(enc, implementation=self.attention, causal=self.causal)
+            except ValueError as err:
+                raise ValueError(f"encoding {entry[0]!r}: {err}") from None
         if self.attention == "pallas":
             for enc in encs.values():
                 check_supported(enc)

@@ -15,7 +15,7 @@ import jax.numpy as jnp
 
 from posenc_jax.encodings.base import Encoding
 
-__all__ = ["as_2d", "build_mask", "encoding_bias", "split_positions"]
+__all__ = ["as_2d", "build_mask", "check_capabilities", "encoding_bias", "split_positions"]
 
 Array = jax.Array
 
@@ -77,16 +77,36 @@ def build_mask(q_positions: Array, k_positions: Array, *, causal: bool,
     return mask
 
 
+def check_capabilities(encoding: Encoding, *, implementation: str, causal: bool) -> None:
+    """ValueError when the encoding's declared capabilities exclude this attention: a bias
+    that `needs_full_rows` outside dense attention, a `causal_only` scheme without the mask."""
+    if encoding.needs_full_rows and implementation not in ("dense", "auto"):
+        raise ValueError(f"encoding {encoding.name!r} reads whole rows of attention logits "
+                         f"(needs_full_rows), which attention={implementation!r} never has; use "
+                         "attention='dense'")
+    if encoding.causal_only and not causal:
+        raise ValueError(f"encoding {encoding.name!r} is defined for causal attention only; got "
+                         "causal=False (use causal=True or another encoding)")
+
+
 def encoding_bias(encoding: Encoding, params: Any, q_positions: Array, k_positions: Array,
-                  q_scaled: Array, num_heads: int) -> Array | None:
+                  q_scaled: Array, num_heads: int, *, logits: Array | None = None
+                  ) -> Array | None:
     """The encoding's bias as float32 [B|1, H, Lq, Lk] (None without a bias hook).
 
     `q_scaled` [B, Lq, H, D] is the query times the softmax scale (only read by schemes with
-    `bias_needs_query`). Raises ValueError when the bias's head count is not `num_heads`.
+    `bias_needs_query`); `logits` float32 [B, H, Lq, Lk], the masked q.k logits, only read by
+    schemes with `needs_full_rows` (and required for them). Raises ValueError when the bias's
+    head count is not `num_heads`.
     """
     if not encoding.has_bias:
         return None
-    if encoding.bias_needs_query:
+    if encoding.needs_full_rows:
+        if logits is None:
+            raise ValueError(f"encoding {encoding.name!r} reads whole rows of attention logits "
+                             "(needs_full_rows); only dense attention provides them")
+        bias = encoding.bias(params, q_positions, k_positions, q=q_scaled, logits=logits)
+    elif encoding.bias_needs_query:
         bias = encoding.bias(params, q_positions, k_positions, q=q_scaled)
     else:
         bias = encoding.bias(params, q_positions, k_positions)

@@ -127,7 +127,7 @@ class RMSNorm(nnx.Module):
 def encoding_params(encoding: Encoding, key: Array, param_dtype, *, hooks: tuple[str, ...]
                     ) -> nnx.Dict:
     """The encoding's params as an `nnx.Dict` of `nnx.Param`s, sharded by the logical axes the
-    encoding declares (`param_axes`); empty unless one of `hooks` ("embed", "rotate", "bias")
+    encoding declares (`param_axes`); empty unless one of `hooks` ("embed", "rotate", "bias", ...)
     is a hook the encoding uses, so no module carries a table that it never reads."""
     if not any(getattr(encoding, f"has_{hook}") for hook in hooks):
         return nnx.Dict({})
@@ -161,7 +161,8 @@ class Attention(nnx.Module):
                              ("embed", "kv_heads", "kv"), pd)
         self.o_proj = _param(_normal(rngs.params(), (h, d, e), h * d),
                              ("heads", "kv", "embed"), pd)
-        self.pe = encoding_params(encoding, rngs.params(), pd, hooks=("rotate", "bias"))
+        self.pe = encoding_params(encoding, rngs.params(), pd,
+                                  hooks=("rotate", "bias", "value_term", "block_transform"))
 
     def __call__(self, x: Array, positions: Array, segment_ids: Array | None,
                  memory: kv_cache.Memory | None, layer: int,

@@ -37,6 +37,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from posenc_jax.checks import finite_float
+from posenc_jax.encodings.frequencies import truncate
 
 __all__ = [
     "default",
@@ -255,8 +256,6 @@ def proportional(inv_freq, *, partial_rotary_factor: float = 1.0, factor: float 
     frequencies base^(-2i / D) over the WHOLE head dim D = 2R (rotary_dim = head_dim); only the
     first int(partial_rotary_factor * D // 2) pairs rotate, the remaining (lowest-frequency)
     pairs get frequency 0 and pass through; all are divided by `factor`. [R] -> [R]."""
-    inv_freq = _freqs(inv_freq)
     fraction = finite_float("partial_rotary_factor", partial_rotary_factor, minimum=0, maximum=1)
-    rotated = int(fraction * (2 * inv_freq.shape[0]) // 2)  # transformers' count
-    keep = np.arange(inv_freq.shape[0]) < rotated
-    return _out(_xp(inv_freq).where(keep, inv_freq, 0.0) / _check_factor(factor))
+    # the p-RoPE map (one implementation; transformers' count int(p * D // 2))
+    return _out(truncate(_freqs(inv_freq), fraction=fraction) / _check_factor(factor))

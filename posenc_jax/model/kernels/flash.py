@@ -34,7 +34,12 @@ __all__ = ["check_supported", "flash_attention"]
 
 
 def check_supported(encoding: Encoding) -> None:
-    """ValueError unless the kernel can compute this encoding's bias in-kernel."""
+    """ValueError unless the kernel can compute this encoding's bias in-kernel (and the
+    encoding declares no hook the kernel lacks: a value term or a block transform)."""
+    if encoding.has_value_term or encoding.has_block_transform:
+        raise ValueError(
+            f"encoding {encoding.name!r} declares a value_term or a block_transform, which the "
+            "Pallas kernel does not apply; use attention='blockwise' or 'dense'")
     if encoding.has_bias and not encoding.has_elementwise_bias:
         raise ValueError(
             f"encoding {encoding.name!r} has a score bias that is not an elementwise function "
