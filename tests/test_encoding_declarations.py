@@ -129,3 +129,20 @@ def test_bias_from_elementwise_matches_a_direct_bias():
     got_b = base.bias_from_elementwise(e, {}, jnp.stack([q, q + 3]), k, num_heads=4)
     chex.assert_shape(got_b, (2, 4, 5, 7))
     chex.assert_trees_all_close(got_b[1], enc.bias({}, q + 3, k))
+
+
+@pytest.mark.parametrize("name", [3, None, ("rope",)])
+def test_a_name_that_is_not_a_str_is_a_type_error(name):
+    with pytest.raises(TypeError, match=r"an encoding name must be a str, got .*; valid names "
+                                        r"are: alibi, "):
+        posenc_jax.get(name)
+
+
+def test_a_missing_hyperparameter_is_named_with_the_encoding():
+    """Before: the dataclass's own "RoPE.__init__() missing 1 required positional argument"."""
+    with pytest.raises(TypeError, match=r"encoding 'rope' needs hyperparameter\(s\) "
+                                        r"\['head_dim'\]; it takes: \['head_dim', "):
+        posenc_jax.get("rope")
+    with pytest.raises(TypeError, match=r"encoding 'alibi' needs hyperparameter\(s\) "
+                                        r"\['num_heads'\]"):
+        posenc_jax.get("alibi")

@@ -72,7 +72,10 @@ def names() -> list[str]:
 
 
 def _lookup(name: str) -> type[Encoding]:
-    if not isinstance(name, str) or name not in _REGISTRY:
+    if not isinstance(name, str):
+        raise TypeError(f"an encoding name must be a str, got {name!r} ({type(name).__name__})"
+                        f"; valid names are: {', '.join(names())}")
+    if name not in _REGISTRY:
         raise ValueError(f"Unknown encoding {name!r}; valid names are: {', '.join(names())}")
     return _REGISTRY[name]
 
@@ -94,6 +97,8 @@ def get(name: str, **hyperparams: Any) -> Encoding:
     Raises:
       ValueError: for an unknown name (the message lists the valid ones) or a hyperparameter
         the scheme does not take (the message lists the ones it does take).
+      TypeError: for a name that is not a str, or a required hyperparameter left out (the
+        message names the missing ones).
     """
     cls = _lookup(name)
     unknown = sorted(set(hyperparams) - set(_fields(cls)))
@@ -101,6 +106,11 @@ def get(name: str, **hyperparams: Any) -> Encoding:
         raise ValueError(
             f"encoding {name!r} got unknown hyperparameter(s) {unknown}; "
             f"it takes: {_fields(cls) or 'none'}")
+    missing = [f.name for f in dataclasses.fields(cls) if f.name not in hyperparams
+               and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
+    if missing:
+        raise TypeError(f"encoding {name!r} needs hyperparameter(s) {missing}; it takes: "
+                        f"{_fields(cls)}")
     return cls(**hyperparams)
 
 
