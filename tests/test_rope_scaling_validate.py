@@ -3,8 +3,11 @@ unknown keys warn naming them, and the normalised dict is what Hugging Face woul
 
 import warnings
 
+import jax
+import jax.numpy as jnp
 import pytest
 
+from posenc_jax import hf_config
 from posenc_jax.encodings import rope_scaling
 
 SHORT = [1.0] * 32
@@ -153,8 +156,6 @@ def test_seq_len_is_checked(scaling, seq_len, error, match):
 
 
 def test_seq_len_arrays_checked_by_dtype_and_concrete_value():
-    import jax
-    import jax.numpy as jnp
     with pytest.raises(TypeError, match=r"seq_len must be an int or an integer array, got dtype "
                                         r"float32"):
         rope_scaling.frequencies(LONG2, rotary_dim=64, base=10000.0, seq_len=jnp.float32(100))
@@ -172,7 +173,6 @@ def test_json_counts_read_alike_in_scaling_and_hf_config(value, error):
     """rope_scaling's original length and the HF reader's head_dim / max_position_embeddings
     go through one check (checks.json_count): an integral float from a JSON writer is its int,
     anything else is refused with the same exception."""
-    from posenc_jax import hf_config
     llama = {"model_type": "llama", "hidden_size": 256, "num_attention_heads": 2,
              "max_position_embeddings": 8192}
     calls = [lambda: rope_scaling.validate({**YARN, "original_max_position_embeddings": value},
