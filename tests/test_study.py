@@ -387,6 +387,49 @@ def test_the_runtime_owns_every_cache_and_bounds_it(data_dir):
     np.testing.assert_array_equal(first.tokens, data.config_stream(dataset, "test").tokens)
 
 
+_IMPORT_PROBE = """
+import logging, signal, sys, threading
+def loggers():
+    names = [None, *logging.root.manager.loggerDict]
+    out = {}
+    for n in names:
+        lg = logging.getLogger(n)
+        out[n] = (len(getattr(lg, "filters", [])), len(getattr(lg, "handlers", [])),
+                  getattr(lg, "level", None))
+    return out
+import jax, flax, optax, numpy, tensorflow_datasets, tqdm, ml_collections, matplotlib  # noqa
+import absl.flags, absl.logging, orbax.checkpoint  # third-party effects are theirs
+import posenc_jax
+before = (loggers(), signal.getsignal(signal.SIGTERM), threading.active_count())
+import importlib
+for name in sys.argv[1:]:
+    importlib.import_module(name)
+after_loggers = loggers()
+changed = {n: (before[0].get(n), v) for n, v in after_loggers.items()
+           if before[0].get(n, (0, 0, logging.NOTSET)) != v}
+from jax._src import xla_bridge
+assert not changed, f"loggers changed: {changed}"
+assert signal.getsignal(signal.SIGTERM) == before[1], "SIGTERM handler changed"
+assert threading.active_count() == before[2], "threads started"
+assert not xla_bridge._backends, "a JAX backend was initialised"
+print("ok")
+"""
+
+
+def test_importing_the_modules_changes_nothing_global():
+    """No logger, signal handler, thread or JAX backend changes when the data, state, step,
+    runtime and study-plan/report modules are imported (a fresh process; train.checkpoint,
+    which the runner imports, is issue 15's)."""
+    modules = ["train.data", "train.datasets.file_corpus", "train.datasets.synthetic",
+               "train.datasets.tfds_text", "train.state", "train.step", "train.runtime",
+               "train.evaluation", "train.study.plan", "train.study.report",
+               "train.study.table", "train.study.files"]
+    out = subprocess.run([sys.executable, "-c", _IMPORT_PROBE, *modules], cwd=ROOT,
+                         capture_output=True, text=True, timeout=120, check=False,
+                         env={**os.environ, "XLA_FLAGS": ""})
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]
+
+
 # ------------------------------------------------------------------- report on made-up rows
 
 def _rows():
