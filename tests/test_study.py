@@ -261,11 +261,23 @@ def test_default_config_plans_the_full_study(data_dir):
     assert plan.eval_lens == (32, 64, 128, 256, 512, 1024) and plan.seeds == (0,)
     n, scaled = len(plan.encodings), _scaled(plan)
     evals, keys = plan.of_kind("eval"), plan.of_kind("passkey")
-    assert len(evals) == n * 6 + scaled * (6 * 4 + 6 * 6)  # + 6 fine-tunes x 6 lengths
-    assert len(keys) == n * 4 + scaled * (6 * 3 + 6 * 4)
-    assert sum(1 for i in evals if i.note) == 4  # learned at 128 .. 1024
-    assert sum(1 for i in keys if i.note) == 3  # learned at 128 .. 512
-    assert len(plan.of_kind("train")) == 2 * n and len(plan.of_kind("finetune")) == 12 * scaled
+    tunes = plan.of_kind("finetune")
+    lm_tunes = [j for j in tunes if ".passkey" not in j.model]
+    # 6 zero-shot methods x 4 lengths past L per scaled encoding, 6 lengths per fine-tune
+    assert len(evals) == n * 6 + scaled * 6 * 4 + len(lm_tunes) * 6
+    assert len(keys) == n * 4 + scaled * 6 * 3 + (len(tunes) - len(lm_tunes)) * 4
+    assert sum(1 for i in evals if "max_len" in i.note) == 4  # learned at 128 .. 1024
+    assert sum(1 for i in keys if "max_len" in i.note) == 3  # learned at 128 .. 512
+    assert len(plan.of_kind("train")) == 2 * n and len(tunes) <= 12 * scaled
+    # A method an encoding refuses (mrope: the length-dependent ones) is an n/a row with the
+    # encoding's reason, and is not fine-tuned; every other method is fine-tuned.
+    for enc in (e for e in plan.encodings
+                if scalings.takes_scaling(plan.model_configs[e].layer_encoding(0))):
+        refused = {j.scaling for j in evals if j.encoding == enc and j.note}
+        assert all("n/a (" in j.note for j in evals if j.encoding == enc and j.note)
+        tuned = {j.model.split(".ft-")[1] for j in lm_tunes if j.base == enc}
+        assert tuned == {"none", "linear", "ntk", "yarn", "longrope", "llama3"} - refused, enc
+    assert not {j.scaling for j in evals if j.encoding == "rope" and j.note}
     models = {(c.model.to_dict()["num_layers"], c.seed, c.num_train_steps, c.seq_len)
               for m, c in plan.train_configs.items() if m in plan.encodings}
     assert len(models) == 1  # everything but the encoding is shared
@@ -340,7 +352,8 @@ def test_the_plan_is_a_pure_function_of_the_config(monkeypatch, tmp_path, file_e
     assert a.jobs == b.jobs and hash(a.jobs) == hash(b.jobs)
     n, scaled = len(a.encodings), _scaled(a)
     assert [j.kind for j in a.jobs].count("train") == 2 * n
-    assert len(a.jobs) == 2 * n + 12 * scaled + len(a.of_kind("eval")) + len(a.of_kind("passkey"))
+    assert len(a.jobs) == sum(len(a.of_kind(k)) for k in ("train", "finetune", "eval", "passkey"))
+    assert 0 < len(a.of_kind("finetune")) <= 12 * scaled
     assert len({j.name for j in a.jobs}) == len(a.jobs)  # every job has its own result file
     assert config.to_dict() == before  # the config is not changed
     assert list(tmp_path.iterdir()) == []  # neither the workdir nor the data dir was made

@@ -133,6 +133,9 @@ def finetunes(config, s: Settings, *, model: str, cfg, mc, base_fp: str, steps: 
     out = []
     for method in s.ft_scalings:
         kwargs = _scaled_kwargs(method, cfg, mc, factor=s.ft_len / cfg.seq_len, overrides=over)
+        if method != NO_SCALING and scalings.refusal(
+                cfg.model, kwargs, rotary_dim=mc.layer_encoding(0).rotary_dim):
+            continue  # the encoding does not support this method (its zero-shot rows say why)
         ft_cfg = finetune.finetune_config(cfg, seq_len=s.ft_len, steps=steps,
                                           encoding_kwargs=kwargs)
         if max_len is not None:

@@ -233,8 +233,8 @@ def eval_jobs(config, model: str, cfg, mc: TransformerConfig, *, train_fp: str, 
             sc = scalings.scaling_config(method, factor=n / train_len, train_len=train_len,
                                          rotary_dim=rotary_dim, overrides=over)
             kwargs = {**base_kwargs, "scaling": sc}
-            state.transformer_config(cfg.model, encoding_kwargs=kwargs)  # checks it
-            add(n, kwargs, "", method)
+            refused = scalings.refusal(cfg.model, kwargs, rotary_dim=rotary_dim)
+            add(n, kwargs, f"n/a ({refused})" if refused else "", method)
     return jobs
 
 

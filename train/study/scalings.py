@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from posenc_jax.encodings import rope_scaling
+from train import state
 
 
 def methods() -> tuple[str, ...]:
@@ -24,6 +25,19 @@ def takes_scaling(encoding) -> bool:
     """True for an encoding that rotates and takes a `scaling` dict (with a `rotary_dim`)."""
     fields = {f.name for f in dataclasses.fields(encoding)}
     return encoding.has_rotate and {"scaling", "rotary_dim"} <= fields
+
+
+def refusal(model: Any, kwargs: Mapping[str, Any], *, rotary_dim: int) -> str:
+    """'' when the encoding of `model` (a config.model block) accepts `kwargs` (its
+    encoding_kwargs with a `scaling` dict); else its own reason (an encoding may support only
+    some methods, as mrope refuses the length-dependent ones). A scaling dict that no RoPE
+    accepts is the config's mistake, not a refusal: ValueError (or TypeError) here."""
+    rope_scaling.validate(kwargs["scaling"], rotary_dim=rotary_dim)
+    try:
+        state.transformer_config(model, encoding_kwargs=dict(kwargs))
+    except ValueError as error:
+        return str(error)
+    return ""
 
 
 def scaling_config(method: str, *, factor: float, train_len: int, rotary_dim: int,
