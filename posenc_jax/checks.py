@@ -115,14 +115,16 @@ def one_of(name: str, value: Any, choices: Sequence[Any]) -> Any:
 
 
 def integer_array(name: str, value: Any):
-    """`value` as a jax array; TypeError naming the dtype unless it has an integer dtype.
+    """`value` as a jax array; TypeError naming the dtype unless it has an integer dtype (the
+    message does not say why positions must be integers: RoPE, xPos and the model's masks call
+    this as well as the schemes that index a table).
 
     Works on concrete and traced arrays of any shape.
     """
     value = jnp.asarray(value)
     if not jnp.issubdtype(value.dtype, jnp.integer):
-        raise TypeError(f"{name} must have an integer dtype (they index a table), got "
-                        f"dtype={value.dtype}")
+        raise TypeError(f"{name} must have an integer dtype (positions are integers: a float "
+                        f"position is not truncated here), got dtype={value.dtype}")
     return value
 
 
