@@ -177,3 +177,15 @@ def test_softmax_scale_factor_reads_the_validated_dict():
         hf_config.softmax_scale_factor({**mla, "rope_scaling": {**mla["rope_scaling"],
                                                                 "mscale_all_dim": "1"}})
     assert hf_config.softmax_scale_factor(GEMMA3, layer_type="full_attention") == 1.0
+
+
+def test_unknown_model_type_and_non_str_layer_type_are_named():
+    """An unknown model_type with a partial factor was told it had no model_type; a layer_type
+    of the wrong type was a ValueError 'unknown layer_type=3'."""
+    with pytest.raises(ValueError, match=r"partial_rotary_factor=0.5 with model_type='llamax' "
+                                         r"\(not a family posenc_jax knows\) is ambiguous"):
+        hf_config.rope_kwargs_from_hf_config({**LLAMA, "model_type": "llamax",
+                                              "partial_rotary_factor": 0.5})
+    with pytest.raises(TypeError, match=r"layer_type must be a str or None, got layer_type=3 "
+                                        r"\(int\)"):
+        hf_config.rope_kwargs_from_hf_config(GEMMA3, layer_type=3)

@@ -118,6 +118,9 @@ def layer_types(flat: Mapping[str, Any], family: Family | None) -> list[str] | N
 
 
 def _layer_dict(flat: dict, family: Family | None, layer_type: str | None) -> dict:
+    if layer_type is not None and not isinstance(layer_type, str):
+        raise TypeError(f"layer_type must be a str or None, got layer_type={layer_type!r} "
+                        f"({type(layer_type).__name__})")
     types = layer_types(flat, family)
     if types is None:
         if layer_type is not None:
@@ -193,15 +196,18 @@ def _original_length(flat: Mapping, raw: dict, rope_type: str) -> None:
         raw[key] = flat[key]
 
 
-def _rotary_dim(head_dim: int, prf: Any, rope_type: str, family: Family | None) -> int:
+def _rotary_dim(head_dim: int, prf: Any, rope_type: str, family: Family | None,
+                model_type: str | None) -> int:
     if rope_type == "proportional" or (family is not None and family.apply == "full"
                                        and rope_type == "default"):
         return head_dim  # proportional: prf stays in its dict; "full": default ignores prf
     if prf is not None and prf != 1 and family is None and rope_type == "default":
-        raise ValueError(f"partial_rotary_factor={prf!r} without a model_type is ambiguous: "
+        which = ("without a model_type" if model_type is None else
+                 f"with model_type={model_type!r} (not a family posenc_jax knows)")
+        raise ValueError(f"partial_rotary_factor={prf!r} {which} is ambiguous: "
                          "transformers' llama-style models ignore it for the default RoPE and "
-                         "phi3 / gpt_neox / stablelm rotate only that fraction; add "
-                         "\"model_type\" to the config")
+                         "phi3 / gpt_neox / stablelm rotate only that fraction; give the "
+                         "config the \"model_type\" of one of those")
     prf = 1.0 if prf is None else finite_float("partial_rotary_factor", prf, above=0)
     rotary_dim = int(head_dim * prf)
     if rotary_dim % 2 or not 2 <= rotary_dim <= head_dim:
@@ -245,7 +251,7 @@ def read_layer(config: Mapping[str, Any], layer_type: str | None = None) -> Laye
     rope_type = resolve_type(raw) if raw else "default"
     if rope_type == "proportional" and prf is not None:
         raw["partial_rotary_factor"] = prf
-    rotary_dim = _rotary_dim(head_dim, prf, rope_type, family)
+    rotary_dim = _rotary_dim(head_dim, prf, rope_type, family, model_type)
     _original_length(flat, raw, rope_type)
     max_len = flat.get("max_position_embeddings")
     max_len = None if max_len is None else json_count("max_position_embeddings", max_len)
