@@ -162,8 +162,12 @@ def test_transformer_config_kwargs_checks_counts():
     with pytest.raises(TypeError, match=r"vocab_size must be an int, got vocab_size='32'"):
         hf_config.transformer_config_kwargs({**LLAMA, "vocab_size": "32", "num_hidden_layers": 2,
                                              "intermediate_size": 64})
-    with pytest.raises(ValueError, match=r"config needs 'vocab_size' to build"):
+    with pytest.raises(ValueError, match=r"config needs 'vocab_size' to build a TransformerConfig "
+                                         r"\(or pass vocab_size= as an override\)"):
         hf_config.transformer_config_kwargs({**LLAMA, "num_hidden_layers": 2})
+    kw = hf_config.transformer_config_kwargs({**LLAMA, "num_hidden_layers": 2}, vocab_size=32,
+                                             mlp_dim=64)  # overrides supply what is missing
+    assert (kw["vocab_size"], kw["mlp_dim"], kw["num_layers"]) == (32, 64, 2)
 
 
 def test_softmax_scale_factor_reads_the_validated_dict():

@@ -52,15 +52,18 @@ def layer_encodings_from_hf(config: Mapping[str, Any]) -> list[tuple[str, dict]]
 
 def transformer_config_kwargs(config: Mapping[str, Any], **overrides: Any) -> dict[str, Any]:
     """Keyword arguments of `TransformerConfig` for a transformers config.json dict: vocab,
-    layers, widths, heads and the positional encoding(s); `overrides` replace any of them."""
+    layers, widths, heads and the positional encoding(s); `overrides` replace any of them, and
+    supply those the config lacks (a trimmed config without vocab_size, say)."""
     flat, _, _ = resolve(config)
     keys = {"vocab_size": "vocab_size", "num_layers": "num_hidden_layers",
             "embed_dim": "hidden_size", "num_heads": "num_attention_heads",
             "mlp_dim": "intermediate_size"}
-    for key in keys.values():
-        if key not in flat:
-            raise ValueError(f"config needs {key!r} to build a TransformerConfig")
-    out = {mine: json_count(theirs, flat[theirs]) for mine, theirs in keys.items()}
+    for mine, theirs in keys.items():
+        if theirs not in flat and mine not in overrides:
+            raise ValueError(f"config needs {theirs!r} to build a TransformerConfig (or pass "
+                             f"{mine}= as an override)")
+    out = {mine: json_count(theirs, flat[theirs]) for mine, theirs in keys.items()
+           if mine not in overrides}
     if flat.get("num_key_value_heads"):
         out["num_kv_heads"] = json_count("num_key_value_heads", flat["num_key_value_heads"])
     layers = layer_encodings_from_hf(config)
