@@ -77,7 +77,7 @@ MUTANTS = [
       "0.1 * mscale * math.log(scale) + 1.0", "0.1 * math.log(scale) + 1.0",
       "tests/test_rope_scaling.py", "tests/test_hf_config.py"),
     m("llama3-bands-swapped", SCALING,
-      "jnp.where(wavelen > length / low_freq_factor,", "jnp.where(wavelen > length / high_freq_factor,",
+      "where(wavelen > length / low_freq_factor,", "where(wavelen > length / high_freq_factor,",
       "tests/test_rope_scaling.py", "tests/test_hf_config.py"),
     m("dynamic-ntk-shrinks-below-original", SCALING,
       "s = jnp.maximum(jnp.asarray(seq_len).astype(jnp.float32), jnp.float32(length))",
