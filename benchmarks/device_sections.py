@@ -11,6 +11,7 @@ Shapes: B batch, L length, H heads, D head dim.
 
 from __future__ import annotations
 
+import json
 import math
 import statistics
 import time
@@ -85,13 +86,13 @@ def attention_fns(h: int, block: int) -> dict[str, Callable | str]:
         return jax.nn.dot_product_attention(q, k, v, is_causal=True, implementation="cudnn")
 
     no_gpu = "needs a GPU (cuDNN)"
-    return {  # the order entries run in: the most wanted first
+    return {  # the order entries run in: the cheap references first
+        "xla-dense+alibi": ours("dense", "xla"),
+        "blockwise+alibi": ours("blockwise"),
         "pallas+alibi": ours("pallas") if has_pallas() else
         "not available: this checkout has no attention='pallas' (issue 11)",
         "cudnn(no bias)": cudnn_no_bias if on_gpu else no_gpu,
         "cudnn+alibi(materialised)": ours("dense", "cudnn") if on_gpu else no_gpu,
-        "blockwise+alibi": ours("blockwise"),
-        "xla-dense+alibi": ours("dense", "xla"),
     }
 
 
@@ -152,30 +153,20 @@ def rope(shapes: dict, out: Out) -> None:
     out("times", {"copy": copy, "rope": rot})
 
 
-def attention(shapes: dict, out: Out, deadline: float) -> None:
-    """Time and memory, forward and forward+backward, at each length, B = tokens / L."""
-    h, d, tokens = shapes["attn_heads"], shapes["attn_dim"], shapes["attn_tokens"]
-    fns = attention_fns(h, shapes["block"])
-    fns.pop("xla-dense+alibi") if jax.devices()[0].platform == "gpu" else None
-    for l in shapes["attn_lengths"]:
-        b = max(tokens // l, 1)
-        q, k, v = _qkv(b, l, h, d)
-        flops = 4 * b * h * l * l * d / 2  # causal half of QK^T and PV
-        for name, fn in fns.items():
-            for mode, f, mult in (("fwd", fn, 1.0), ("fwd+bwd", _fwd_bwd(fn), 3.5)):
-                key = f"L={l}/{name}/{mode}"
-                if isinstance(fn, str):
-                    out(key, {"status": "skipped", "reason": fn})
-                    continue
-                if time.time() > deadline:
-                    out(key, {"status": "skipped", "reason": "section time budget spent"})
-                    continue
-                try:
-                    r = timed(f, q, k, v, reps=shapes["reps"])
-                    r["TFLOPs"] = mult * flops / r["median_s"] / 1e12
-                    out(key, {"status": "ok", "B": b, **r})
-                except Exception as e:  # noqa: BLE001 -- recorded, as above
-                    out(key, {"status": "error", "B": b, "error": error_text(e)})
+def attention(shapes: dict, out: Out) -> None:
+    """The attention table of issue 11 (`benchmarks/attention_device.py`), row by row."""
+    try:
+        import attention_device
+    except ImportError as e:
+        out("status", f"not available: benchmarks/attention_device.py ({error_text(e)})")
+        return
+
+    def log(line: str) -> None:
+        row = json.loads(line)
+        out(f"L={row['L']}/{row['method']}/{row['encoding']}", row)
+
+    result = attention_device.run(smoke=shapes["smoke"], iters=shapes["reps"], log=log)
+    out("config", result["config"])
 
 
 def matmul_peak(n: int, reps: int) -> float:
