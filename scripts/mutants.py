@@ -67,8 +67,9 @@ MUTANTS = [
     m("t5-zero-distance-in-upper-half", ENC + "relative.py",
       "jnp.where(rel > 0, n, 0)", "jnp.where(rel >= 0, n, 0)", "tests/test_relative.py"),
     m("shaw-clip-off-by-one", ENC + "relative.py",
-      "relative_positions(q_positions, k_positions), -k, k) + k",
-      "relative_positions(q_positions, k_positions), -k, k - 1) + k", "tests/test_relative.py"),
+      "relative_positions(q_positions, k_positions), -k, k) + k  # [.., Lq, Lk]",
+      "relative_positions(q_positions, k_positions), -k, k - 1) + k  # [.., Lq, Lk]",
+      "tests/test_relative.py"),
     # -- RoPE scaling
     m("yarn-ramp-upper-clamp", SCALING,
       "/ (high - low), 0, 1)", "/ (high - low), 0, None)",
