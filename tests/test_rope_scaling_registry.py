@@ -100,3 +100,15 @@ def test_a_registered_method_is_validated_dispatched_and_rotated_by_its_record(m
     np.testing.assert_allclose(np.asarray(inv), np.asarray(plain) / 2.0, rtol=1e-6)
     assert int(rope_scaling.regime(enc.scaling_dict, seq_len=10,
                                    max_position_embeddings=4)) == 10
+
+
+def test_proportional_keeps_its_partial_rotary_factor_and_the_whole_head_dim():
+    """proportional (p-RoPE, Gemma 4) reads partial_rotary_factor as the fraction of
+    frequencies that rotate; the head dim still rotates whole. RoPE's generic reading of a
+    partial_rotary_factor inside the scaling dict (the rotary fraction) must not apply to it:
+    it refused rotary_dim=16 with factor 0.25 and broke Gemma 4 models from HF configs."""
+    scaling = {"rope_type": "proportional", "partial_rotary_factor": 0.25}
+    enc = posenc_jax.get("rope", head_dim=16, rotary_dim=16, scaling=scaling)
+    assert enc.rotary_dim == 16
+    inv, _ = enc.frequencies()
+    assert int(np.count_nonzero(np.asarray(inv))) == 2  # 0.25 * 16 / 2 rotating frequencies

@@ -266,6 +266,9 @@ class RoPE(Encoding):
         factor = self.partial_rotary_factor
         scaling = thaw(self.scaling) if isinstance(self.scaling, tuple) else self.scaling
         inner = scaling.get(key) if isinstance(scaling, dict) else None
+        if inner is not None and key in rope_scaling.method(rope_scaling.resolve_type(
+                scaling)).keys:  # a method's own key (proportional: the rotated fraction of
+            inner = None        # the frequencies, the whole head dim still rotating)
         if inner is not None:
             inner = finite_float(f"scaling[{key!r}]", inner, above=0, maximum=1)
             if factor is not None and factor != inner:
