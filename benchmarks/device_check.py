@@ -97,6 +97,9 @@ def run_study(shapes: dict, out, deadline: float, outdir: pathlib.Path) -> None:
     cmd = [sys.executable, "-m", "train.study",
            f"--config={config}" + (":smoke" if smoke else ""), f"--workdir={work}"]
     left = deadline - time.time()
+    if left < 10:
+        out("status", "skipped: no time left of the total budget")
+        return
     try:
         p = subprocess.run(cmd, check=False, cwd=ROOT, capture_output=True, text=True,
                            timeout=left)
