@@ -114,13 +114,27 @@ def one_of(name: str, value: Any, choices: Sequence[Any]) -> Any:
     return value
 
 
+def _fits(name: str, host: np.ndarray) -> None:
+    """ValueError if host integers do not fit the dtype JAX will store them in (int32 unless
+    jax_enable_x64): jnp.asarray(np.int64(3_000_000_000)) is -1_294_967_296, silently."""
+    if not host.size or host.dtype.kind not in "iu":
+        return
+    info = np.iinfo(jax.dtypes.canonicalize_dtype(host.dtype))
+    if host.min() < info.min or host.max() > info.max:
+        raise ValueError(f"{name} must fit in {info.dtype} (JAX would wrap them silently), got "
+                         f"values in [{host.min()}, {host.max()}]")
+
+
 def integer_array(name: str, value: Any):
     """`value` as a jax array; TypeError naming the dtype unless it has an integer dtype (the
     message does not say why positions must be integers: RoPE, xPos and the model's masks call
     this as well as the schemes that index a table).
 
-    Works on concrete and traced arrays of any shape.
+    Works on concrete and traced arrays of any shape; host integers (NumPy, lists) that do not
+    fit JAX's integer dtype are a ValueError.
     """
+    if not isinstance(value, jax.Array):  # host data: jnp.asarray wraps int64 to int32 silently
+        _fits(name, np.asarray(value))
     value = jnp.asarray(value)
     if not jnp.issubdtype(value.dtype, jnp.integer):
         raise TypeError(f"{name} must have an integer dtype (positions are integers: a float "

@@ -2,10 +2,11 @@
 what is true wherever the helper is called."""
 
 import jax.numpy as jnp
+import numpy as np
 import pytest
 from flax import nnx
 
-from posenc_jax import Transformer, TransformerConfig, checks
+from posenc_jax import Transformer, TransformerConfig, checks, hf_config
 
 
 def test_integer_array_message_does_not_claim_a_table():
@@ -38,3 +39,20 @@ def test_json_count_takes_integral_floats(value, want):
 def test_json_count_refuses_naming_the_value(value, error, match):
     with pytest.raises(error, match=match):
         checks.json_count("max_position_embeddings", value)
+
+
+def test_integer_array_refuses_host_integers_that_jax_would_wrap():
+    """jnp.asarray(np.int64(3_000_000_000)) is -1_294_967_296 under the default int32: a
+    position past 2**31 - 1 silently became a negative one."""
+    big = np.array([0, 3_000_000_000], np.int64)
+    with pytest.raises(ValueError, match=r"positions must fit in int32 \(JAX would wrap them "
+                                         r"silently\), got values in \[0, 3000000000\]"):
+        checks.integer_array("positions", big)
+    with pytest.raises(ValueError, match=r"must fit in int32"):
+        checks.integer_array("positions", [2**31])
+    ok = checks.integer_array("positions", np.array([0, 2**31 - 1], np.int64))
+    assert ok.dtype == jnp.int32 and int(ok[1]) == 2**31 - 1
+    q = np.zeros((1, 2, 2, 128), np.float32)
+    llama = {"model_type": "llama", "hidden_size": 256, "num_attention_heads": 2}
+    with pytest.raises(ValueError, match=r"position_ids must fit in int32"):
+        hf_config.rotate_like_hf(llama, q, q[:, :, :1], big[None])

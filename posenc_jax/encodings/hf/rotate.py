@@ -19,6 +19,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from posenc_jax.checks import integer_array
 from posenc_jax.encodings import mrope as _mrope  # noqa: F401  (registers "mrope")
 from posenc_jax.encodings.base import get
 from posenc_jax.encodings.hf.read import LayerRope, read_layer, text_config
@@ -45,9 +46,7 @@ def _check(layer: LayerRope, q, k, position_ids, layer_type) -> Array:
                              f"{where} is {layer.q_head_dim}")
     if q.shape[:2] != k.shape[:2]:
         raise ValueError(f"q and k must share [B, L], got {q.shape[:2]} and {k.shape[:2]}")
-    pos = jnp.asarray(position_ids)
-    if not jnp.issubdtype(pos.dtype, jnp.integer):
-        raise TypeError(f"position_ids must be integers, got dtype {pos.dtype}")
+    pos = integer_array("position_ids", position_ids)
     if pos.ndim == 3 and layer.encoding != "mrope":
         raise ValueError(f"position_ids of shape {pos.shape} ([3, B, L]) are for multimodal "
                          f"RoPE models; model_type={layer.model_type!r} takes [B, L]")
