@@ -1,7 +1,7 @@
 """Training and evaluation: the loop tests and the study call, `__main__` is a thin shell.
 
 Public API (the last three live in `train.evaluation`):
-    train_and_evaluate(config, workdir, *, devices=None) -> dict   train (resuming), evaluate
+    train_and_evaluate(config, workdir, *, devices=None, runtime=None) -> dict  train (resuming), evaluate
     evaluate(model, stream, *, seq_len, num_tokens, batch_size, ...) -> {loss, ppl, tokens}
     evaluate_params(graphdef, params, stream, *, ..., mesh, rules)   the same on raw params
     load_model(workdir, *, step=None, model_overrides=None, mesh=None) -> (model, config)
@@ -36,9 +36,8 @@ from jax.experimental import multihost_utils
 from train import checkpoint as ckpt_lib
 from train import config_check, data, sharding
 from train import metrics as metrics_lib
-from train import state as state_lib
-from train import step as step_lib
 from train.evaluation import evaluate, evaluate_params, load_model  # noqa: F401 (public API)
+from train.runtime import Runtime
 from train.workdir_lock import WorkdirBusyError, WorkdirLock
 
 CHECKPOINT_DIR = ckpt_lib.CHECKPOINT_DIR
@@ -73,14 +72,6 @@ class _Preemption:
         if self._old is not None:
             signal.signal(signal.SIGTERM, self._old)
             self._old = None
-
-
-def _train_stream(config):
-    return data.config_stream(config.dataset, config.dataset.train_split)
-
-
-def _eval_stream(config):
-    return data.config_stream(config.dataset, config.dataset.eval_split)
 
 
 class ConfigMismatchError(ValueError):
@@ -125,23 +116,26 @@ def _finite_or_raise(step: int, values: dict, ckpt: ckpt_lib.Checkpointer) -> di
     return host
 
 
-def _eval_all(config, setup, params, *, stream) -> dict[str, float]:
+def _eval_all(config, setup, params, *, stream, runtime) -> dict[str, float]:
     out = {}
     for length in config.eval.lengths:
         result = evaluate_params(
             setup.graphdef, params, stream, seq_len=int(length),
             num_tokens=int(config.eval.num_tokens),
             batch_size=int(config.eval.get("batch_size") or config.batch_size), mesh=setup.mesh,
-            rules=setup.rules, packed=config.dataset.packed)
+            rules=setup.rules, packed=config.dataset.packed, runtime=runtime)
         out[f"eval/{length}/loss"] = result["loss"]
         out[f"eval/{length}/ppl"] = result["ppl"]
     return out
 
 
-def train_and_evaluate(config, workdir: str, *, devices=None) -> dict[str, Any]:
+def train_and_evaluate(config, workdir: str, *, devices=None,
+                       runtime: Runtime | None = None) -> dict[str, Any]:
     """Trains `config` in `workdir` (resuming from its newest readable checkpoint).
 
-    The mesh is `config.mesh` over `devices` (default: all of `jax.devices()`).
+    The mesh is `config.mesh` over `devices` (default: all of `jax.devices()`). Setups,
+    compiled steps and token streams come from `runtime` (default: a new one for this call),
+    so a caller that trains or resumes many times in one process passes its own.
 
     Returns the last logged metrics plus `step`, `preempted` and the final evaluation
     (`eval/<len>/loss`, `eval/<len>/ppl`). Raises NonFiniteLossError (see the module
@@ -161,15 +155,17 @@ def train_and_evaluate(config, workdir: str, *, devices=None) -> dict[str, Any]:
     preemption = _Preemption()  # first, so a SIGTERM during setup is not fatal
     try:
         with WorkdirLock(workdir), ckpt_lib.quiet_failed_restores():
-            return _train(config, workdir, preemption, mesh)
+            return _train(config, workdir, preemption, mesh, runtime or Runtime())
     finally:
         preemption.close()
 
 
-def _train(config, workdir: str, preemption: _Preemption, mesh) -> dict[str, Any]:
-    setup = state_lib.make_setup(config, mesh)
-    stream = _train_stream(config)
-    eval_stream = _eval_stream(config) if config.eval.lengths else None
+def _train(config, workdir: str, preemption: _Preemption, mesh, runtime: Runtime
+           ) -> dict[str, Any]:
+    setup = runtime.setup(config, mesh)
+    stream = runtime.stream(config.dataset, config.dataset.train_split)
+    eval_stream = (runtime.stream(config.dataset, config.dataset.eval_split)
+                   if config.eval.lengths else None)
     ckpt = ckpt_lib.Checkpointer(os.path.join(workdir, CHECKPOINT_DIR),
                                  max_to_keep=config.checkpoints_to_keep,
                                  async_save=config.get("async_checkpointing", True))
@@ -177,7 +173,7 @@ def _train(config, workdir: str, preemption: _Preemption, mesh) -> dict[str, Any
     try:
         restored = ckpt.restore_latest(setup.abstract, check_meta=_model_check(config, workdir))
         if restored is None:
-            state, start = state_lib.init_state(setup, seed=config.seed), 0
+            state, start = runtime.init_state(setup, seed=config.seed), 0
         else:
             state, meta = restored
             start = int(meta["step"])
@@ -188,11 +184,12 @@ def _train(config, workdir: str, preemption: _Preemption, mesh) -> dict[str, Any
                                            total_steps=config.num_train_steps)
         state, result = _loop(config, setup, state, start, stream=stream,
                               eval_stream=eval_stream, ckpt=ckpt, logger=logger,
-                              preemption=preemption)
+                              preemption=preemption, runtime=runtime)
         ckpt.wait()
         if eval_stream is not None and not result["preempted"] and not any(
                 k.startswith("eval/") for k in result):
-            result.update(_eval_all(config, setup, state["params"], stream=eval_stream))
+            result.update(_eval_all(config, setup, state["params"], stream=eval_stream,
+                                    runtime=runtime))
         return result
     finally:
         if logger is not None:
@@ -200,14 +197,15 @@ def _train(config, workdir: str, preemption: _Preemption, mesh) -> dict[str, Any
         ckpt.close()
 
 
-def _loop(config, setup, state, start, *, stream, eval_stream, ckpt, logger, preemption):
+def _loop(config, setup, state, start, *, stream, eval_stream, ckpt, logger, preemption,
+          runtime):
     num_steps, batch, length = config.num_train_steps, config.batch_size, config.seq_len
     mesh = setup.mesh
     meta = {"seed": config.seed, "config": json.loads(config.to_json_best_effort()),
             "data": {"name": config.dataset.name, "identity": stream.identity}}
     row_index, row_count = sharding.local_rows(mesh, batch)
-    train_step = step_lib.make_train_step(setup, packed=config.dataset.packed,
-                                          accum_steps=config.get("grad_accum_steps", 1))
+    train_step = runtime.train_step(setup, packed=config.dataset.packed,
+                                    accum_steps=config.get("grad_accum_steps", 1))
     eval_every = config.get("eval_every_steps", 0) or 0
     result: dict[str, Any] = {"step": start, "preempted": False}
     pending = None
@@ -241,7 +239,8 @@ def _loop(config, setup, state, start, *, stream, eval_stream, ckpt, logger, pre
         if done > timer_step:
             record["tokens_per_sec"] = (done - timer_step) * batch * length / (now - timer_t)
         if run_eval:
-            record.update(_eval_all(config, setup, state["params"], stream=eval_stream))
+            record.update(_eval_all(config, setup, state["params"], stream=eval_stream,
+                                    runtime=runtime))
         if log or run_eval:
             logger.write(record)
             result = {**record, "preempted": False}
