@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import math
 import numbers
+import sys
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -36,7 +38,9 @@ __all__ = [
     "pair",
     "positive_int",
     "token_ids",
+    "warn",
 ]
+
 
 
 def _type_name(value: Any) -> str:
@@ -177,6 +181,24 @@ def checked_token_ids(name: str, tokens: Any, *, vocab_size: int):
         checkify.check(~jnp.any(bad), f"token id {{}} in {name} is outside the vocabulary "
                        f"[0, vocab_size={vocab_size})", tokens.reshape(-1)[first])
     return tokens
+
+
+def _in_package(frame) -> bool:
+    """True for a frame of posenc_jax's code, including the __init__ that dataclasses generate
+    for its schemes (file "<string>", globals of the scheme's module)."""
+    module = frame.f_globals.get("__name__", "")
+    return module == "posenc_jax" or module.startswith("posenc_jax.")
+
+
+def warn(message: str, category: type[Warning] = UserWarning) -> None:
+    """`warnings.warn` attributed to the first frame outside posenc_jax: the user's line. A
+    fixed stacklevel counts a different depth from each public entry point (validate,
+    rope_kwargs_from_hf_config, rotate_like_hf, the RoPE encoding) and pointed into the
+    library."""
+    frame, level = sys._getframe(1), 2
+    while frame is not None and _in_package(frame):
+        frame, level = frame.f_back, level + 1
+    warnings.warn(message, category, stacklevel=level)
 
 
 def pair(q_positions, k_positions):

@@ -1,12 +1,16 @@
 """posenc_jax.checks: the message of each helper names the key and the value, and says only
 what is true wherever the helper is called."""
 
+import warnings
+
 import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
 
+import posenc_jax
 from posenc_jax import Transformer, TransformerConfig, checks, hf_config
+from posenc_jax.encodings import rope_scaling
 
 
 def test_integer_array_message_does_not_claim_a_table():
@@ -56,3 +60,20 @@ def test_integer_array_refuses_host_integers_that_jax_would_wrap():
     llama = {"model_type": "llama", "hidden_size": 256, "num_attention_heads": 2}
     with pytest.raises(ValueError, match=r"position_ids must fit in int32"):
         hf_config.rotate_like_hf(llama, q, q[:, :, :1], big[None])
+
+
+def test_library_warnings_point_at_the_callers_line():
+    """Each warning names the user's file, whichever public entry point led to it (a fixed
+    stacklevel pointed at posenc_jax/encodings/hf_config.py or deeper)."""
+    llama = {"model_type": "llama", "hidden_size": 256, "num_attention_heads": 2,
+             "rope_scaling": {"rope_type": "linear", "factor": 2.0, "fctor": 3.0}}
+    q = np.zeros((1, 2, 2, 128), np.float32)
+    calls = [lambda: rope_scaling.validate(llama["rope_scaling"], rotary_dim=64),
+             lambda: hf_config.rope_kwargs_from_hf_config(llama),
+             lambda: hf_config.rotate_like_hf(llama, q, q[:, :, :1], np.arange(2)[None]),
+             lambda: posenc_jax.get("rope", head_dim=64, scaling=llama["rope_scaling"])]
+    for call in calls:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            call()
+        assert [w.filename for w in caught] == [__file__], [(w.filename, w.lineno) for w in caught]

@@ -23,11 +23,10 @@ transformers' priority (checked against 4.57.6 and 5.24.0 by tests/test_hf_*.py)
 from __future__ import annotations
 
 import dataclasses
-import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from posenc_jax.checks import boolean, finite_float, integer, json_count
+from posenc_jax.checks import boolean, finite_float, integer, json_count, warn
 from posenc_jax.encodings.hf.families import Family, family_of
 from posenc_jax.encodings.rope_scaling import method, resolve_type, validate
 
@@ -184,15 +183,14 @@ def _original_length(flat: Mapping, raw: dict, rope_type: str) -> None:
     record = method(rope_type)
     if record.hf_original_is_max and max_len is not None:
         if raw.get(key) not in (None, max_len):
-            warnings.warn(f"dynamic NTK: transformers ignores rope_scaling's {key}="
-                          f"{raw[key]} and uses max_position_embeddings={max_len}; so do we",
-                          UserWarning, stacklevel=4)
+            warn(f"dynamic NTK: transformers ignores rope_scaling's {key}="
+                          f"{raw[key]} and uses max_position_embeddings={max_len}; so do we")
         raw[key] = max_len
     elif key in record.keys and flat.get(key) is not None:
         if raw.get(key) not in (None, flat[key]):
-            warnings.warn(f"config has {key}={flat[key]} at the top level and "
+            warn(f"config has {key}={flat[key]} at the top level and "
                           f"{raw[key]} in its rope dict; the top-level value wins, as in "
-                          "transformers 5.x", UserWarning, stacklevel=4)
+                          "transformers 5.x")
         raw[key] = flat[key]
 
 
@@ -230,10 +228,9 @@ def _mrope(raw: dict, flat: Mapping, family: Family | None) -> dict:
     interleaved = family.mrope == "interleaved"
     said = found.get("mrope_interleaved", flat.get("mrope_interleaved"))
     if said is not None and boolean("mrope_interleaved", said) != interleaved:
-        warnings.warn(f"mrope_interleaved={said!r} is ignored: transformers' {family.mrope} "
+        warn(f"mrope_interleaved={said!r} is ignored: transformers' {family.mrope} "
                       f"multimodal RoPE {'interleaves' if interleaved else 'does not interleave'}"
-                      " the sections whatever the config says; so do we", UserWarning,
-                      stacklevel=4)
+                      " the sections whatever the config says; so do we")
     section = found.get("mrope_section") or flat.get("mrope_section")
     if isinstance(section, str) or not isinstance(section, Sequence):
         raise TypeError(f"mrope_section must be a list of 3 ints, got mrope_section={section!r}")

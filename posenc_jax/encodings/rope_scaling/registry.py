@@ -15,13 +15,13 @@ none of them tests a method's name. A new method is one `register(Method(...))` 
 from __future__ import annotations
 
 import dataclasses
-import warnings
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 
+from posenc_jax.checks import warn
 from posenc_jax.encodings.rope_scaling import formulas as fn
 
 __all__ = ["Method", "method", "methods", "register", "resolve_type", "stretch"]
@@ -186,9 +186,9 @@ def _check_yarn(cfg):
     if "attention_factor" not in cfg and bool(cfg.get("mscale")) != bool(
             cfg.get("mscale_all_dim")):
         given = "mscale" if cfg.get("mscale") else "mscale_all_dim"
-        warnings.warn(f"YaRN: {given}={cfg[given]:g} is ignored unless both mscale and "
+        warn(f"YaRN: {given}={cfg[given]:g} is ignored unless both mscale and "
                       "mscale_all_dim are non-zero (as in Hugging Face); the attention factor "
-                      "is 0.1 ln(factor) + 1", UserWarning, stacklevel=4)
+                      "is 0.1 ln(factor) + 1")
         del cfg[given]  # ignored, as in Hugging Face: the normalised dict says what is used
 
 

@@ -15,11 +15,10 @@ unknown keys dropped, a YaRN `mscale` that Hugging Face ignores dropped. `valida
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from posenc_jax.checks import boolean, finite_float, integer, json_count
+from posenc_jax.checks import boolean, finite_float, integer, json_count, warn
 from posenc_jax.encodings.rope_scaling.registry import ORIGINAL, Method, method, resolve_type
 
 __all__ = ["Validated", "check_theta", "validate"]
@@ -121,8 +120,8 @@ def validate(scaling: Mapping[str, Any], *, rotary_dim: int,
                          f"{name!r}, got rotary_dim={rotary_dim}")
     unknown = sorted(set(scaling) - set(COMMON) - set(record.keys))
     if unknown:
-        warnings.warn(f"rope_type={name!r} ignores unknown key(s) {unknown}; it takes "
-                      f"{sorted(record.keys)}", UserWarning, stacklevel=2)
+        warn(f"rope_type={name!r} ignores unknown key(s) {unknown}; it takes "
+                      f"{sorted(record.keys)}")
     out: dict[str, Any] = {"rope_type": name}
     _common(scaling, out)
     raw = _inferred(record, scaling, max_position_embeddings)
