@@ -1,6 +1,6 @@
 """Training speed against PyTorch eager: the same model, both frameworks, one run, alternating.
 
-    /tmp/benchenv/bin/python benchmarks/vs_pytorch.py --quick        # ~3 min on a quiet 2-core box
+    /tmp/benchenv/bin/python benchmarks/vs_pytorch.py --quick        # a few min, quiet 2-core box
     /tmp/benchenv/bin/python benchmarks/vs_pytorch.py                # L = 256 and 1024, 7 rounds
     python benchmarks/vs_pytorch.py --torch_python=/tmp/benchenv/bin/python \
         --jax 'onednn=flags=--xla_cpu_use_onednn=true' --jax 'bw128=model.attention=blockwise,model.block_size=128'
@@ -12,9 +12,11 @@ F=688, RoPE, tied embeddings, AdamW, clipping, float32, B=16) is ours through `t
 (so each keeps its own thread pool and JAX its own XLA_FLAGS), compiled and warmed up first;
 then the workers take turns, `--steps` updates each per turn, the order reversed every round,
 for `--rounds` rounds. Each turn's time ends with one host read of the loss (no per-step
-sync). Reported per length: median tokens/s of each worker, the median over rounds of the
-per-round ratio JAX / PyTorch (robust to load that drifts between rounds), and the load
-average before and after (this benchmark is only as quiet as the machine).
+sync). Reported per length: median tokens/s of each worker and median tokens per CPU-second
+of its process (steadier on a shared machine, though PyTorch's spinning OpenMP threads count
+too), each with the median over rounds of the per-round ratio JAX / PyTorch (robust to load
+that drifts between rounds), and the load average before and after: on an oversubscribed
+machine PyTorch slows down far more than XLA, so only a quiet machine's ratios mean much.
 
 A JAX variant is NAME=SPEC, SPEC a comma-separated list of `flags=XLA_FLAGS` (replacing our
 defaults, empty for none) and `model.KEY=VALUE` overrides. The default variant `jax` runs our
