@@ -130,12 +130,13 @@ def _eval_all(config, setup, params, *, stream, runtime) -> dict[str, float]:
 
 
 def train_and_evaluate(config, workdir: str, *, devices=None,
-                       runtime: Runtime | None = None) -> dict[str, Any]:
+                       runtime: Runtime | None = None, progress: bool = True) -> dict[str, Any]:
     """Trains `config` in `workdir` (resuming from its newest readable checkpoint).
 
     The mesh is `config.mesh` over `devices` (default: all of `jax.devices()`). Setups,
     compiled steps and token streams come from `runtime` (default: a new one for this call),
     so a caller that trains or resumes many times in one process passes its own.
+    `progress=False` hides the per-step progress bar (the study shows its own).
 
     Returns the last logged metrics plus `step`, `preempted` and the final evaluation
     (`eval/<len>/loss`, `eval/<len>/ppl`). Raises NonFiniteLossError (see the module
@@ -155,13 +156,13 @@ def train_and_evaluate(config, workdir: str, *, devices=None,
     preemption = _Preemption()  # first, so a SIGTERM during setup is not fatal
     try:
         with WorkdirLock(workdir), ckpt_lib.quiet_failed_restores():
-            return _train(config, workdir, preemption, mesh, runtime or Runtime())
+            return _train(config, workdir, preemption, mesh, runtime or Runtime(), progress)
     finally:
         preemption.close()
 
 
-def _train(config, workdir: str, preemption: _Preemption, mesh, runtime: Runtime
-           ) -> dict[str, Any]:
+def _train(config, workdir: str, preemption: _Preemption, mesh, runtime: Runtime,
+           progress: bool = True) -> dict[str, Any]:
     setup = runtime.setup(config, mesh)
     stream = runtime.stream(config.dataset, config.dataset.train_split)
     eval_stream = (runtime.stream(config.dataset, config.dataset.eval_split)
@@ -181,7 +182,8 @@ def _train(config, workdir: str, preemption: _Preemption, mesh, runtime: Runtime
                 warnings.warn(f"resuming a run saved with seed={meta['seed']} under seed="
                               f"{config.seed}: later batches differ from the original run")
         logger = metrics_lib.MetricsLogger(workdir, start_step=start,
-                                           total_steps=config.num_train_steps)
+                                           total_steps=config.num_train_steps,
+                                           progress=progress)
         state, result = _loop(config, setup, state, start, stream=stream,
                               eval_stream=eval_stream, ckpt=ckpt, logger=logger,
                               preemption=preemption, runtime=runtime)

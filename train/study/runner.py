@@ -144,7 +144,8 @@ def run_train(ctx: Context, job: TrainJob) -> dict:
     config = ctx.plan.train_configs[job.model]
     if isinstance(job, FinetuneJob):
         finetune.start_from(ctx.workdir.model_dir(job.base), model_dir, config, step=job.step)
-    result = trainer.train_and_evaluate(config, model_dir, runtime=ctx.runtime)
+    result = trainer.train_and_evaluate(config, model_dir, runtime=ctx.runtime,
+                                        progress=False)  # one bar: the study's
     seconds = time.perf_counter() - start
     if result.get("preempted"):  # SIGTERM: the trainer saved a checkpoint; exit 0 like it
         print(f"study: training {job.model!r} was preempted at step {result['step']} "
