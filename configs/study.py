@@ -14,8 +14,8 @@ Keys:
                      per seed (names get '.s<seed>' except train.seed's); the
                      tables show the median and min-max, the figures min-max bars
   finetune           scalings (methods, 'none' = continued pretraining; '' for no fine-tuning),
-                     length ('4L'), fraction (of the pretraining steps): see
-                     `train.study.extension`
+                     length ('4L'), fraction (of the pretraining steps), batch_size (0: the
+                     pretraining batch): see `train.study.extension`
   passkey            enabled, lengths, trials, eval_seed, steps, batch_size, min_len,
                      num_examples, finetune_steps: see `train.study.extension`
   claims             <label>: the seed chapter's "supported length" claim, shown beside ours
@@ -51,7 +51,8 @@ def get_config():
     config.seeds = ""   # "": config.train.seed alone
     config.finetune = ml_collections.ConfigDict({
         "scalings": "none,linear,ntk,yarn,longrope,llama3",  # dynamic: inference-time only
-        "length": "4L", "fraction": 0.1})
+        "length": "4L", "fraction": 0.1,
+        "batch_size": 8})  # 8 x 4L: the pretraining batch's tokens per step (0: 32 x 4L)
     config.passkey = ml_collections.ConfigDict({
         "enabled": True, "lengths": "L,2L,4L,8L", "trials": 32, "eval_seed": 0, "steps": 600,
         "batch_size": 32, "min_len": 20, "num_examples": 20000, "finetune_steps": 60})

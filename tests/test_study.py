@@ -284,7 +284,8 @@ def test_default_config_plans_the_full_study(data_dir):
     assert plan.train_configs["learned"].model.encoding_kwargs.max_len == 64
     tuned = plan.train_configs["rope.ft-yarn"].to_dict()
     base = plan.train_configs["rope"].to_dict()
-    assert {k for k in base if base[k] != tuned[k]} == {"seq_len", "num_train_steps", "model"}
+    assert {k for k in base if base[k] != tuned[k]} == {"seq_len", "num_train_steps", "model",
+                                                        "batch_size"}  # config.finetune.batch_size
     assert (tuned["seq_len"], tuned["num_train_steps"]) == (256, 660)
     assert tuned["model"]["encoding_kwargs"]["scaling"]["factor"] == 4.0
     assert plan.train_configs["rope.passkey"].dataset.packed

@@ -3,10 +3,12 @@
 Pure, like `plan` (which calls it): configs and jobs from the study config, nothing run.
 
   config.finetune   scalings (each a scaling method or 'none': continued pretraining), length
-                    (e.g. '4L'), fraction (of the pretraining steps). Every model whose encoding
-                    takes a scaling is fine-tuned once per method: `train.finetune`'s config
-                    (seq_len and the encoding's `scaling` differ, the stream continues), then
-                    evaluated at every eval length with the scaling it was tuned with.
+                    (e.g. '4L'), fraction (of the pretraining steps), batch_size (0: the
+                    pretraining batch). Every model whose encoding takes a scaling is
+                    fine-tuned once per method: `train.finetune`'s config (seq_len and the
+                    encoding's `scaling` differ, and batch_size if given; the stream
+                    continues), then evaluated at every eval length with the scaling it was
+                    tuned with.
   config.passkey    enabled, lengths ('L,2L,4L,8L'), trials, eval_seed, steps, batch_size,
                     min_len, num_examples, finetune_steps. One model per encoding and seed is
                     trained from scratch on the synthetic passkey task at L (its config is
@@ -46,6 +48,7 @@ class Settings:
     ft_scalings: tuple[str, ...]
     ft_len: int
     ft_fraction: float
+    ft_batch: int            # 0: the pretraining batch
     passkey: bool
     pk_lengths: tuple[int, ...]
     pk_trials: int
@@ -81,7 +84,10 @@ def settings(config, *, train_len: int, parse_names, length) -> Settings:
         raise ValueError(f"passkey training needs L={train_len} >= config.passkey.min_len="
                          f"{min_len}")
     return Settings(
-        ft_scalings=ft_scalings, ft_len=ft_len, ft_fraction=fraction, passkey=enabled,
+        ft_scalings=ft_scalings, ft_len=ft_len, ft_fraction=fraction,
+        ft_batch=checks.integer("config.finetune.batch_size", ft.get("batch_size", 0),
+                                minimum=0),
+        passkey=enabled,
         pk_lengths=lengths,
         pk_trials=checks.positive_int("config.passkey.trials", pk.get("trials", 32)),
         pk_eval_seed=checks.integer("config.passkey.eval_seed", pk.get("eval_seed", 0),
@@ -138,9 +144,11 @@ def finetunes(config, s: Settings, *, model: str, cfg, mc, base_fp: str, steps: 
             continue  # the encoding does not support this method (its zero-shot rows say why)
         ft_cfg = finetune.finetune_config(cfg, seq_len=s.ft_len, steps=steps,
                                           encoding_kwargs=kwargs)
-        if max_len is not None:
-            with ft_cfg.unlocked():
+        with ft_cfg.unlocked():
+            if max_len is not None:
                 ft_cfg.dataset.kwargs.max_len = max_len
+            if s.ft_batch:
+                ft_cfg.batch_size = s.ft_batch
         name = f"{model}.ft-{method}"
         fp = fingerprint({"config": train_fingerprint(ft_cfg), "base": base_fp})
         tokens = steps * ft_cfg.batch_size * s.ft_len

@@ -131,6 +131,7 @@ def _method_notes(plan: Plan) -> str:
 
 def _extension_notes(plan: Plan) -> list[str]:
     s, out = plan.settings, []
+    first = plan.train_configs[plan.models[0]]
     tuned = [j for j in plan.of_kind(FinetuneJob.kind) if not j.model.endswith(
         tuple(f".passkey.ft-{m}" for m in s.ft_scalings))]
     if tuned:
@@ -139,7 +140,9 @@ def _extension_notes(plan: Plan) -> list[str]:
         out.append(
             f"- Fine-tuning (`ft@{s.ft_len}` rows): from the trained model at step "
             f"{tuned[0].step}, {steps} more steps ({s.ft_fraction:.0%} of pretraining) at "
-            f"length {s.ft_len} with batch {cfg.batch_size}, the data stream continuing (batch "
+            f"length {s.ft_len} with batch {cfg.batch_size} ({cfg.batch_size * s.ft_len} tokens "
+            f"per step; pretraining {first.batch_size * first.seq_len}), the data stream "
+            f"continuing (batch "
             f"s is still a pure function of (seed, s)) and the learning-rate schedule extended "
             f"to the new end (about its minimum); the model config differs only in seq_len and "
             f"the scaling (factor {s.ft_len / plan.train_len:g} for every eval length; "
