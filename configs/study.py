@@ -10,6 +10,7 @@ Keys:
   encodings          comma-separated registry names (`--config.encodings=rope,alibi`), or
                      'all': every registered encoding, those in `encoding_order` first
   encoding_order     the order of 'all' (names not registered are skipped)
+  encodings_excluded registered names that 'all' leaves out
   seeds              comma-separated train seeds ('0,1,2'; '': train.seed): every model once
                      per seed (names get '.s<seed>' except train.seed's); the
                      tables show the median and min-max, the figures min-max bars
@@ -48,6 +49,9 @@ def get_config():
     config.encodings = "all"
     config.encoding_order = ("sinusoidal,learned,rope,alibi,t5,shaw,nope,kerple,sandwich,fire,"
                              "xpos,cope")
+    # M-RoPE on text-only positions is RoPE (all sections get the same position); it would
+    # also double the fine-tunes. Name it in --config.encodings to study it.
+    config.encodings_excluded = "mrope"
     config.seeds = ""   # "": config.train.seed alone
     config.finetune = ml_collections.ConfigDict({
         "scalings": "none,linear,ntk,yarn,longrope,llama3",  # dynamic: inference-time only

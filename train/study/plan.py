@@ -118,13 +118,16 @@ def parse_lengths(spec: Any, *, train_len: int) -> tuple[int, ...]:
 
 
 def encoding_names(config) -> tuple[str, ...]:
-    """config.encodings as names; 'all' is every registered encoding, those named in
-    config.encoding_order first (in that order), then the rest alphabetically."""
+    """config.encodings as names; 'all' is every registered encoding but those in
+    config.encodings_excluded, those named in config.encoding_order first (in that order),
+    then the rest alphabetically."""
     registered = posenc_jax.names()
     if isinstance(config.encodings, str) and config.encodings.strip() == "all":
         order = [n.strip() for n in str(config.get("encoding_order") or "").split(",")]
-        first = [n for n in order if n in registered]
-        return tuple(first + sorted(set(registered) - set(first)))
+        skip = set(parse_names(config.get("encodings_excluded") or "",
+                               what="encodings_excluded", valid=registered))
+        first = [n for n in order if n in registered and n not in skip]
+        return tuple(first + sorted(set(registered) - set(first) - skip))
     return parse_names(config.encodings, what="encodings", valid=registered)
 
 
