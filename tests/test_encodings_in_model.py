@@ -1,7 +1,9 @@
 """Every registered scheme (and each option of the newer ones) inside the transformer: every
 parameter it declares receives a non-zero gradient, and the jitted model equals the eager one.
 Schemes come from the registry, so a newly registered scheme is covered without a new line
-(give it kwargs below only if its defaults do not fit a tiny model)."""
+(give it kwargs below only if its defaults do not fit a tiny model). To keep this fast, all
+per-layer schemes share ONE model, one layer each (`layer_encodings`); additive schemes and
+schemes with multi-axis positions get a model of their own."""
 
 import chex
 import jax
@@ -12,61 +14,87 @@ from flax import nnx
 import posenc_jax
 from posenc_jax.model.transformer import Transformer, TransformerConfig
 
-V, L = 24, 10
+V, L, E, H = 24, 10, 16, 2
 KWARGS = {"t5": {"num_buckets": 8, "max_distance": 16}, "shaw": {"max_relative_position": 3},
           "learned": {"max_len": 16}, "fire": {"init_length": 8.0},
           "xpos": {"scale_base": 8.0}, "cope": {"npos_max": 6}}
-OPTIONS = {"shaw_value": ("shaw", {"max_relative_position": 3, "value": True}),
-           "kerple_power": ("kerple", {"variant": "power"}),
-           "rope_p_resonance": ("rope", {"p_rope": 0.5, "resonance": True})}
-CASES = {**{n: (n, KWARGS.get(n, {})) for n in posenc_jax.names()}, **OPTIONS}
+OPTIONS = [("shaw", {"max_relative_position": 3, "value": True}), ("kerple", {"variant": "power"}),
+           ("rope", {"p_rope": 0.5, "resonance": True})]
+CASES = [(n, KWARGS.get(n, {})) for n in posenc_jax.names()] + OPTIONS
 
 
-def model_for(case):
-    name, kw = CASES[case]
-    cfg = TransformerConfig(vocab_size=V, num_layers=1, embed_dim=16, num_heads=2,
-                            num_kv_heads=1, mlp_dim=16, encoding=name, encoding_kwargs=kw)
-    return Transformer(cfg, rngs=nnx.Rngs(0))
+def _per_layer(name, kw):
+    enc = posenc_jax.for_model(name, kw, embed_dim=E, num_heads=H, head_dim=E // H)
+    return not enc.has_embed and enc.position_axes == 1
 
 
-TOKENS = jax.random.randint(jax.random.key(0), (2, L), 0, V)
+LAYERED = [c for c in CASES if _per_layer(*c)]
+ALONE = [c for c in CASES if not _per_layer(*c)]
 
 
-def _pe_params(model):
-    return {path: p for path, p in nnx.iter_graph(model)
-            if isinstance(p, nnx.Param) and any(s in ("pe", "input_pe") for s in path)}
+def config(layers, **kw):
+    return TransformerConfig(vocab_size=V, num_layers=len(layers), embed_dim=E, num_heads=H,
+                             num_kv_heads=1, mlp_dim=16, **kw)
 
 
-@pytest.mark.parametrize("case", list(CASES))
-def test_every_encoding_param_gets_a_nonzero_gradient_in_the_model(case):
-    model = model_for(case)
-    declared = _pe_params(model)
+def model_of(cfg):
+    model = Transformer(cfg, rngs=nnx.Rngs(0))
+    tokens = jax.random.randint(jax.random.key(0), (2, L), 0, V)
+    return model, tokens
+
+
+def _positions(cfg):
+    """None (the default arange), or the same arange on every axis for multi-axis schemes."""
+    if cfg.position_axes == 1:
+        return None
+    return jnp.broadcast_to(jnp.arange(L), (cfg.position_axes, 1, L))
+
+
+def _grads(model, tokens, positions=None):
     graph, params, rest = nnx.split(model, nnx.Param, ...)
 
     @jax.jit
     def grads(params):
         def loss(params):
-            m = nnx.merge(graph, params, rest)
-            logits = m(TOKENS)
+            logits = nnx.merge(graph, params, rest)(tokens, positions)
             return jnp.mean(jax.nn.log_softmax(logits)[..., 0] * jnp.arange(L)[None, :])
         return jax.grad(loss)(params)
 
-    g = grads(params)
-    flat = {path: leaf for path, leaf in jax.tree_util.tree_flatten_with_path(
-        nnx.to_pure_dict(g))[0]}
-    names = {tuple(str(getattr(k, "key", k)) for k in path): leaf for path, leaf in flat.items()}
-    enc = model.config.layer_encoding(0)
-    assert len(declared) == len(enc.init(jax.random.key(0)))  # one module holds each table
-    for path in declared:
-        key = tuple(str(s) for s in path)
-        assert key in names, (key, list(names))
-        assert float(jnp.abs(names[key]).sum()) > 0, f"{case}: zero gradient for {key}"
+    return nnx.to_pure_dict(grads(params))
 
 
-@pytest.mark.parametrize("case", ["kerple", "sandwich", "fire", "xpos", "cope", "shaw_value",
-                                  "rope_p_resonance"])
-def test_jit_equals_eager(case):
-    model = model_for(case)
-    eager = model(TOKENS)
-    jitted = nnx.jit(lambda m, t: m(t))(model, TOKENS)
+def _check_pe(grads_pe, enc, what):
+    assert set(grads_pe) == set(enc.init(jax.random.key(0))), what  # exactly the declared ones
+    for name, g in grads_pe.items():
+        assert float(jnp.abs(g).sum()) > 0, f"{what}: zero gradient for {name}"
+
+
+def test_every_param_of_every_per_layer_scheme_gets_a_gradient():
+    cfg = config(LAYERED, encoding="nope", layer_encodings=LAYERED)
+    model, tokens = model_of(cfg)
+    g = _grads(model, tokens)
+    for i, case in enumerate(LAYERED):
+        _check_pe(g["layers"][i]["attn"].get("pe", {}), cfg.layer_encoding(i), case)
+
+
+@pytest.mark.parametrize("case", ALONE, ids=lambda c: c[0])
+def test_every_param_of_every_other_scheme_gets_a_gradient(case):
+    cfg = config([None], encoding=case[0], encoding_kwargs=case[1])
+    model, tokens = model_of(cfg)
+    g = _grads(model, tokens, _positions(cfg))
+    enc = cfg.input_encoding
+    pe = g.get("input_pe", {}) if enc.has_embed else g["layers"][0]["attn"].get("pe", {})
+    _check_pe(pe, enc, case)
+
+
+# The three new attention paths: whole rows (CoPE), a value term (Shaw a^V), a block
+# transform (xPos). Every hook of every scheme is checked jit == eager in test_encoding.py.
+NEWER = [("cope", KWARGS["cope"]), OPTIONS[0], ("xpos", KWARGS["xpos"])]
+
+
+def test_jit_equals_eager_for_the_new_attention_paths():
+    """The whole model, eager (the slow part) against jitted."""
+    model, tokens = model_of(config(NEWER, encoding="nope", layer_encodings=NEWER))
+    eager = model(tokens)
+    jitted = nnx.jit(lambda m, t: m(t))(model, tokens)
     chex.assert_trees_all_close(jitted, eager, atol=2e-5, rtol=2e-5)
