@@ -146,3 +146,18 @@ def test_a_missing_hyperparameter_is_named_with_the_encoding():
     with pytest.raises(TypeError, match=r"encoding 'alibi' needs hyperparameter\(s\) "
                                         r"\['num_heads'\]"):
         posenc_jax.get("alibi")
+
+
+def test_model_positions_are_checked_where_they_enter():
+    model = Transformer(tiny("rope"), rngs=nnx.Rngs(0))
+    tokens = jnp.zeros((1, 4), jnp.int32)
+    with pytest.raises(TypeError, match="positions must have an integer dtype"):
+        model(tokens, jnp.arange(4.0))
+    with pytest.raises(ValueError, match="positions"):                 # would wrap to < 0
+        model(tokens, np.arange(4, dtype=np.int64) + 3_000_000_000)
+
+
+def test_capability_refusal_names_the_encoding_once():
+    with pytest.raises(ValueError) as err:
+        tiny("cope", attention="blockwise")
+    assert str(err.value).count("encoding 'cope'") == 1, str(err.value)

@@ -13,6 +13,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from posenc_jax.checks import integer_array
 from posenc_jax.encodings.base import Encoding
 
 __all__ = ["as_2d", "build_mask", "check_capabilities", "encoding_bias", "split_positions"]
@@ -41,7 +42,7 @@ def split_positions(positions, axes: int, length: int, batch: int, *, offset=0):
     RoPE's temporal/height/width): the rotary positions are as given and the masks follow the
     token order, `offset + arange(L)` (transformers' cache_position).
     """
-    positions = jnp.asarray(positions)
+    positions = integer_array("positions", positions)  # refuses floats and host ints JAX would wrap
     if positions.ndim != 3:
         positions = as_2d(positions, length, batch, "positions")
         return positions, positions
