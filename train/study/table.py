@@ -84,7 +84,7 @@ def notes(rows: Sequence[Mapping[str, Any]]) -> list[str]:
         if r.get("note"):
             name = label(r["encoding"], r["scaling"], int(r.get("finetune_len", 0) or 0))
             grouped.setdefault((name, r["note"]), []).append(int(r["eval_len"]))
-    return [f"`{name}` at {', '.join(map(str, sorted(ns)))}: {note}"
+    return [f"`{name}` at {', '.join(map(str, sorted(set(ns))))}: {note}"
             for (name, note), ns in sorted(grouped.items())]
 
 
