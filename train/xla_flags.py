@@ -40,7 +40,8 @@ def apply_cpu_defaults(environ: MutableMapping[str, str] | None = None) -> str |
 
 def cpu_attention(seq_len: int) -> dict[str, object]:
     """Model overrides (`attention`, `block_size`) measured fastest for training on CPU at
-    this length: dense up to 512 tokens, blockwise above (see `docs/performance.md`)."""
+    this length: dense up to 512 tokens, blockwise with 128-token blocks above (at L=1024:
+    1.1x blocks of 256, 1.4x blocks of 512, 1.6x dense; see `docs/performance.md`)."""
     if seq_len <= 512:
         return {"attention": "dense"}
-    return {"attention": "blockwise", "block_size": 256}
+    return {"attention": "blockwise", "block_size": 128}
