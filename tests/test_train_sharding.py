@@ -17,7 +17,7 @@ import jax
 import numpy as np
 import pytest
 
-from train import checkpoint, metrics, sharding, state, trainer
+from train import checkpoint, data, metrics, sharding, state, trainer
 
 pytestmark = pytest.mark.filterwarnings("ignore:the load_module")
 CONFIGS = pathlib.Path(__file__).resolve().parent.parent / "configs"
@@ -130,7 +130,7 @@ def test_load_model_and_evaluate(runs):
     on one device and on the 8-device mesh the config asks for."""
     _, _, out = runs
     _, _, workdir, config = out["2x2x2"]
-    stream = trainer._eval_stream(config)
+    stream = data.config_stream(config.dataset, config.dataset.eval_split)
     results = []
     for devices in (jax.devices()[:1], None):
         mesh = sharding.make_mesh({"data": 1}, devices=devices) if devices else None
