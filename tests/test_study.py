@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 from ml_collections import config_flags  # noqa: F401  (the CLI's dependency)
 
+from posenc_jax._frozen import thaw
 from posenc_jax.encodings import rope_scaling
 from train import evaluation, trainer
 from train.runtime import Runtime
@@ -562,3 +563,14 @@ def test_exercise_5_smoke_config_runs(data_dir, tmp_path, runtime):
     rows = runner.run(config, str(tmp_path / "smoke"), progress=False, runtime=runtime)
     assert [r["eval_len"] for r in rows] == [16, 32, 64, 128, 256]
     assert all(math.isfinite(r["ppl"]) for r in rows)
+
+
+def test_an_encoding_that_cannot_run_the_eval_attention_keeps_its_own(tiny, tmp_path):
+    """CoPE reads whole rows of logits: under eval_attention='blockwise' it is scored with the
+    attention it was trained with (dense) instead of failing at its first evaluation."""
+    tiny.encodings = "cope,alibi"
+    tiny.eval_attention = "blockwise"
+    plan = study_plan.make_plan(tiny, str(tmp_path))
+    attention = {j.encoding: (thaw(j.overrides) or {}).get("attention", "as trained")
+                 for j in plan.of_kind("eval")}
+    assert attention == {"cope": "as trained", "alibi": "blockwise"}

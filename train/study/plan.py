@@ -26,6 +26,7 @@ import ml_collections
 import posenc_jax
 from posenc_jax import checks
 from posenc_jax.model.config import TransformerConfig, freeze
+from posenc_jax.model.scores import check_capabilities
 from train import state
 from train.study import extension, scalings
 from train.study.jobs import (
@@ -172,9 +173,23 @@ def _train_job(model: str, cfg, mc: TransformerConfig) -> TrainJob:
                     flops=3 * flops_per_token(mc, cfg.seq_len) * tokens, compiles=3)
 
 
+def eval_attention(config, model_config: TransformerConfig) -> str:
+    """The attention a model is evaluated with: `config.eval_attention` where every encoding
+    of the model can run it (`check_capabilities`), else the attention it was trained with
+    (CoPE reads whole rows of logits, so it is scored with dense attention)."""
+    attention = config.get("eval_attention") or model_config.attention
+    try:
+        for i in range(model_config.num_layers):
+            check_capabilities(model_config.layer_encoding(i), implementation=attention,
+                               causal=model_config.causal)
+    except ValueError:
+        return model_config.attention
+    return attention
+
+
 def _eval_overrides(config, model_config: TransformerConfig) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    attention = config.get("eval_attention") or model_config.attention
+    attention = eval_attention(config, model_config)
     if attention != model_config.attention:
         out["attention"] = attention
     if config.get("eval_block_size"):

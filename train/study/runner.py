@@ -36,7 +36,7 @@ from train.datasets import passkey
 from train.runtime import Runtime
 from train.study import extension, files, report
 from train.study.jobs import EvalJob, FinetuneJob, Job, PasskeyJob, TrainJob
-from train.study.plan import Plan, make_plan
+from train.study.plan import Plan, eval_attention, make_plan
 
 
 @dataclasses.dataclass
@@ -85,7 +85,7 @@ def _check_workdir(workdir: files.Workdir, job: TrainJob) -> None:
 def _check_memory(plan: Plan, shards: int) -> None:
     config, limit = plan.config, float(plan.config.max_eval_memory_gb) * 2**30
     for mc in plan.model_configs.values():
-        attention = config.get("eval_attention") or mc.attention
+        attention = eval_attention(config, mc)
         block = int(config.get("eval_block_size") or mc.block_size)
         for n in plan.eval_lens:
             rows = eval_rows(int(config.eval_batch_tokens), n, shards)
