@@ -21,6 +21,7 @@ import os
 import pathlib
 import subprocess
 import sys
+import tempfile
 import time
 
 HERE = pathlib.Path(__file__).resolve().parent
@@ -97,7 +98,9 @@ def run_study(shapes: dict, out, deadline: float, outdir: pathlib.Path) -> None:
         out("status", "skipped: configs/study_ex5.py is not in this checkout (issue 14)")
         return
     smoke = shapes["smoke"]
-    work = outdir / "study"
+    # Outside OUT: its checkpoints (~130 MB a model with Adam state) must not travel back;
+    # report.md and results.csv go into the JSON below.
+    work = pathlib.Path(tempfile.mkdtemp(prefix="device_check_study_"))
     cmd = [sys.executable, "-m", "train.study",
            f"--config={config}" + (":smoke" if smoke else ""), f"--workdir={work}"]
     left = deadline - time.time()

@@ -12,7 +12,7 @@ Expected time -- an ESTIMATE, not a measurement: 6 x 11M x 13.1M + attention
 12 x 6 x 512 x 384 x 13.1M ~= 1.1e15 FLOPs per model; a model this small is bound by step
 overhead, not FLOPs, on an H200 (assumed ~25 steps/s: ~35 s per model), plus ~20 s of
 compilation per model and a few seconds of evaluation: about 3 minutes for the three.
-`configs/study_ex5.py --config.smoke=True` is the same study shrunk to run on a CPU in
+`--config=configs/study_ex5.py:smoke` is the same study shrunk to run on a CPU in
 seconds (the tests run it).
 """
 
