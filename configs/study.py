@@ -14,6 +14,9 @@ Keys:
   seeds              comma-separated train seeds ('0,1,2'; '': train.seed): every model once
                      per seed (names get '.s<seed>' except train.seed's); the
                      tables show the median and min-max, the figures min-max bars
+  workers            processes that run the models (each trains one, then scores it): 0 is
+                     one per CPU core on a CPU backend and 1 elsewhere; 1 runs everything
+                     in this process (`train.study.parallel`)
   finetune           scalings (methods, 'none' = continued pretraining; '' for no fine-tuning),
                      length ('4L'), fraction (of the pretraining steps), batch_size (0: the
                      pretraining batch): see `train.study.extension`
@@ -53,6 +56,7 @@ def get_config():
     # also double the fine-tunes. Name it in --config.encodings to study it.
     config.encodings_excluded = "mrope"
     config.seeds = ""   # "": config.train.seed alone
+    config.workers = 0  # one per core on a CPU (1.5x faster on 2 cores than one process)
     config.finetune = ml_collections.ConfigDict({
         "scalings": "none,linear,ntk,yarn,longrope,llama3",  # dynamic: inference-time only
         "length": "4L", "fraction": 0.1,

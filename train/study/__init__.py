@@ -8,7 +8,9 @@ L/2 ... 16L, and RoPE zero-shot with every scaling method past L.
 Three steps, one module each:
 
     plan.make_plan(config, workdir) -> Plan     pure: the config checked, the jobs listed
-    runner.run(config, workdir)                 executes (resumes) the jobs in order
+    runner.run(config, workdir)                 runs (resumes) the jobs: in order here
+                                                (`execute`), or model by model in worker
+                                                processes (`parallel`, config.workers)
     report.write_all(...)                       results.csv, report.md, extrapolation.png
 
 `jobs` holds the job classes (one per kind: train, eval), `scalings` the RoPE scaling dicts,

@@ -1,6 +1,6 @@
 """The study's jobs: small frozen dataclasses, one class per kind of work.
 
-A job says what to do, never how: `plan.make_plan` lists them, `runner.RUNNERS[job.kind]`
+A job says what to do, never how: `plan.make_plan` lists them, `execute.RUNNERS[job.kind]`
 executes one, `report` turns the results into files. Every job has
 
     kind         ClassVar: which runner executes it ("train", "eval", ...)

@@ -4,11 +4,11 @@
 returns a `Plan`: one training config per model (all from `config.train`, differing only in
 `model.encoding` and its kwargs) and the jobs, in the order they run (each model's training,
 then its evaluations). It builds no mesh, loads no data and reads or writes no file: what
-depends on the devices, the data or the workdir is checked by `runner.prepare`, still before
+depends on the devices, the data or the workdir is checked by `execute.prepare`, still before
 the first job. Anything wrong raises TypeError (a value of the wrong type) or ValueError,
 naming the key and the value.
 
-A job is a small frozen dataclass with a `kind` (`jobs.py`); `runner.RUNNERS` maps each kind
+A job is a small frozen dataclass with a `kind` (`jobs.py`); `execute.RUNNERS` maps each kind
 to the function that executes it. Length expressions: 'L/2', 'L', '2L', '2*L' or an int.
 """
 

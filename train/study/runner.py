@@ -1,234 +1,40 @@
-"""The study's runner: executes a plan's jobs in order, resuming from what the workdir holds.
+"""The study's runner: runs a plan's jobs, resuming from what the workdir holds.
 
     run(config, workdir, *, progress=True, runtime=None) -> the result rows (results.csv's)
 
-`prepare` checks, before the first job, what the pure plan cannot: that existing trainings in
-the workdir were made with the same config, that every eval length fits the memory budget on
-this mesh, and that the eval split is longer than `eval_num_tokens`. Then each job runs
-unless its stored result has the job's fingerprint (`DONE[kind]` finds it):
-
-  train  `train.trainer.train_and_evaluate` in workdir/<model>/, so an interrupted training
-         resumes from its checkpoint; done when the marker file (`files.MARKER`) has the
-         fingerprint and the checkpoint is at the final step.
-  eval   the first `eval_num_tokens` targets of `eval_split` in non-overlapping windows of
-         `eval_len` (`data.eval_batches`: the same tokens for every length and encoding, each
-         window starting without context), on the trained params rebuilt with the job's
-         overrides (a scaled encoding keeps the param tree: rope has no params). A job with
-         a `note` (the encoding cannot encode those positions) is a row of NaN, not dropped.
-         Its row is stored as workdir/evals/<job name>.json.
-
-Then `report.write_all` writes results.csv, report.md and the plot. A new kind of job needs
-a `RUNNERS` and a `DONE` entry here.
+`make_plan` checks the config and `execute.prepare` the workdir, memory and data before any
+job. Jobs whose stored result has their fingerprint are skipped (`execute.DONE`); the rest
+run in plan order in this process, or, with `config.workers` > 1 (0: one per core on a CPU),
+model by model in worker processes (`parallel`). One progress bar either way; results.csv
+is rewritten as each model finishes, and at the end `report.write_all` writes results.csv,
+passkey.csv, report.md and the figures.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import time
 from typing import Any
 
+import jax
 import tqdm
 
-from posenc_jax.model.config import thaw
-from train import checkpoint, data, evaluation, finetune, passkey_eval, sharding, trainer
-from train.datasets import passkey
 from train.runtime import Runtime
-from train.study import extension, files, report
-from train.study.jobs import EvalJob, FinetuneJob, Job, PasskeyJob, TrainJob
-from train.study.plan import Plan, eval_attention, make_plan
-
-
-@dataclasses.dataclass
-class Context:
-    """What the jobs of one study invocation share (made by `prepare`)."""
-
-    plan: Plan
-    runtime: Runtime
-    workdir: files.Workdir
-    mesh: Any
-    batch_shards: int
-    eval_stream: data.TokenStream
-    corpus: dict
-    params: dict = dataclasses.field(default_factory=dict)  # the model being evaluated only
-
-
-def eval_rows(batch_tokens: int, eval_len: int, shards: int) -> int:
-    """Windows per eval batch: batch_tokens // eval_len, at least 1, rounded up to a multiple
-    of the batch-sharding size."""
-    rows = max(1, batch_tokens // eval_len)
-    return -(-rows // shards) * shards
-
-
-def eval_bytes(mc, *, batch: int, length: int, attention: str, block: int) -> float:
-    """Rough peak bytes of one eval forward pass (float32 activations)."""
-    keys = length if attention == "dense" else min(block, length)
-    scores = 3.0 * batch * mc.num_heads * length * keys * 4
-    acts = 4.0 * batch * length * (max(mc.mlp_dim, mc.embed_dim) * 2 + mc.vocab_size * 2)
-    return scores + acts
-
-
-def _check_workdir(workdir: files.Workdir, job: TrainJob) -> None:
-    marker_path, model_dir = workdir.marker(job.model), workdir.model_dir(job.model)
-    if os.path.exists(marker_path):
-        marker = files.read_json(marker_path) or {}
-        if marker.get("fingerprint") != job.fingerprint:
-            raise ValueError(
-                f"{model_dir} holds a training of {job.model!r} made with a different train "
-                f"config (fingerprint {marker.get('fingerprint')} != {job.fingerprint}); use "
-                "another --workdir or remove that directory")
-    elif os.path.isdir(os.path.join(model_dir, checkpoint.CHECKPOINT_DIR)):
-        raise ValueError(f"{model_dir} holds checkpoints that this study did not write (no "
-                         f"{files.MARKER}); use another --workdir or remove that directory")
-
-
-def _check_memory(plan: Plan, shards: int) -> None:
-    config, limit = plan.config, float(plan.config.max_eval_memory_gb) * 2**30
-    for mc in plan.model_configs.values():
-        attention = eval_attention(config, mc)
-        block = int(config.get("eval_block_size") or mc.block_size)
-        for n in plan.eval_lens:
-            rows = eval_rows(int(config.eval_batch_tokens), n, shards)
-            need = eval_bytes(mc, batch=rows, length=n, attention=attention, block=block)
-            if need > limit:
-                raise ValueError(
-                    f"eval length {n} with {attention} attention needs about {need / 2**30:.1f} "
-                    f"GiB (batch {rows}) > config.max_eval_memory_gb={config.max_eval_memory_gb};"
-                    " use eval_attention='blockwise', lower eval_batch_tokens, or drop the length")
-
-
-def prepare(plan: Plan, runtime: Runtime) -> Context:
-    """Checks what needs the workdir, devices or data (see the module docstring)."""
-    workdir = files.Workdir(plan.workdir)
-    for job in plan.of_kind(TrainJob.kind) + plan.of_kind(FinetuneJob.kind):
-        _check_workdir(workdir, job)
-    first = plan.train_configs[plan.models[0]]
-    mesh = sharding.make_mesh(first.mesh)
-    shards = int(mesh.shape["data"] * mesh.shape["fsdp"])
-    _check_memory(plan, shards)
-    stream = runtime.stream(first.dataset, plan.config.eval_split)
-    if plan.eval_num_tokens >= len(stream):
-        raise ValueError(f"config.eval_num_tokens={plan.eval_num_tokens} must be < the "
-                         f"{len(stream)} tokens of the {plan.config.eval_split!r} split")
-    ds = first.dataset
-    corpus = data.corpus_identity(ds.data_dir, name=ds.name, **ds.kwargs.to_dict())
-    corpus["eval_split_tokens"] = len(stream)
-    return Context(plan=plan, runtime=runtime, workdir=workdir, mesh=mesh, batch_shards=shards,
-                   eval_stream=stream, corpus=corpus)
-
-
-def train_done(ctx: Context, job: TrainJob) -> dict | None:
-    """The marker of a finished training of this job's config, else None."""
-    marker = files.read_json(ctx.workdir.marker(job.model))
-    if not marker or marker.get("fingerprint") != job.fingerprint:
-        return None
-    directory = os.path.join(ctx.workdir.model_dir(job.model), checkpoint.CHECKPOINT_DIR)
-    if not os.path.isdir(directory):
-        return None
-    ckpt = checkpoint.Checkpointer(directory, async_save=False)
-    try:
-        final = ctx.plan.train_configs[job.model].num_train_steps
-        return marker if ckpt.latest_step() == final else None
-    finally:
-        ckpt.close()
-
-
-def run_train(ctx: Context, job: TrainJob) -> dict:
-    """Trains (or resumes) the job's model; returns its marker. SIGTERM: exits 0. A
-    `FinetuneJob` first takes its base model's checkpoint as its own first one."""
-    model_dir, marker_path = ctx.workdir.model_dir(job.model), ctx.workdir.marker(job.model)
-    os.makedirs(model_dir, exist_ok=True)
-    marker = files.read_json(marker_path) or {"train_seconds": 0.0}
-    files.write_json(marker_path, {**marker, "fingerprint": job.fingerprint, "finished": False})
-    start = time.perf_counter()
-    config = ctx.plan.train_configs[job.model]
-    if isinstance(job, FinetuneJob):
-        finetune.start_from(ctx.workdir.model_dir(job.base), model_dir, config, step=job.step)
-    result = trainer.train_and_evaluate(config, model_dir, runtime=ctx.runtime,
-                                        progress=False)  # one bar: the study's
-    seconds = time.perf_counter() - start
-    if result.get("preempted"):  # SIGTERM: the trainer saved a checkpoint; exit 0 like it
-        print(f"study: training {job.model!r} was preempted at step {result['step']} "
-              "(checkpoint saved); rerun the same command to resume", flush=True)
-        raise SystemExit(0)
-    marker = {**marker, "fingerprint": job.fingerprint, "finished": True,
-              "train_seconds": marker.get("train_seconds", 0.0) + seconds,
-              "final_loss": result.get("loss"), "step": result.get("step")}
-    files.write_json(marker_path, marker)
-    return marker
-
-
-def eval_done(ctx: Context, job: EvalJob) -> dict | None:
-    row = files.read_json(ctx.workdir.job(job.name))
-    return row if row and row.get("fingerprint") == job.fingerprint else None
-
-
-def _params(ctx: Context, model: str):
-    """The trained params of `model`, restored once (the previous model's are dropped)."""
-    if model not in ctx.params:
-        ctx.params.clear()
-        config = ctx.plan.train_configs[model]
-        _, params, _ = evaluation.load_params(
-            ctx.workdir.model_dir(model), step=config.num_train_steps, mesh=ctx.mesh,
-            config=config, runtime=ctx.runtime)
-        ctx.params[model] = params
-    return ctx.params[model]
-
-
-def run_eval(ctx: Context, job: EvalJob) -> dict:
-    """Evaluates the job; stores and returns its row."""
-    row = job.row()
-    if job.note:
-        row.update(loss=float("nan"), ppl=float("nan"), tokens=0, eval_seconds=0.0,
-                   note=job.note)
-    else:
-        start = time.perf_counter()
-        config = ctx.plan.train_configs[job.model]
-        setup = ctx.runtime.setup(config, ctx.mesh, model_overrides=thaw(job.overrides) or {})
-        result = evaluation.evaluate_params(
-            setup.graphdef, _params(ctx, job.model), ctx.eval_stream, seq_len=job.eval_len,
-            num_tokens=ctx.plan.eval_num_tokens, mesh=ctx.mesh, rules=setup.rules,
-            batch_size=eval_rows(int(ctx.plan.config.eval_batch_tokens), job.eval_len,
-                                 ctx.batch_shards),
-            packed=config.dataset.packed, runtime=ctx.runtime)
-        row.update(loss=result["loss"], ppl=result["ppl"], tokens=result["tokens"],
-                   eval_seconds=time.perf_counter() - start, note="")
-    files.write_json(ctx.workdir.job(job.name), row)
-    return row
-
-
-def run_passkey(ctx: Context, job: PasskeyJob) -> dict:
-    """Passkey retrieval of the job's model at its length; stores and returns its row."""
-    row = job.row()
-    if job.note:
-        row.update(accuracy=float("nan"), correct=0, digit_accuracy=float("nan"),
-                   eval_seconds=0.0, note=job.note)
-    else:
-        start = time.perf_counter()
-        config = ctx.plan.train_configs[job.model]
-        setup = ctx.runtime.setup(config, ctx.mesh, model_overrides=thaw(job.overrides) or {})
-        evalset = passkey.eval_set(job.eval_len, trials=job.trials, seed=job.eval_seed,
-                                   digits=extension.PASSKEY_DIGITS)
-        result = passkey_eval.passkey_accuracy(
-            setup.graphdef, _params(ctx, job.model), evalset, mesh=ctx.mesh, rules=setup.rules,
-            batch_size=job.trials)
-        row.update(accuracy=result["accuracy"], correct=result["correct"],
-                   digit_accuracy=result["digit_accuracy"],
-                   eval_seconds=time.perf_counter() - start, note="")
-    files.write_json(ctx.workdir.job(job.name), row)
-    return row
-
-
-RUNNERS = {TrainJob.kind: run_train, FinetuneJob.kind: run_train, EvalJob.kind: run_eval,
-           PasskeyJob.kind: run_passkey}
-DONE = {TrainJob.kind: train_done, FinetuneJob.kind: train_done, EvalJob.kind: eval_done,
-        PasskeyJob.kind: eval_done}
+from train.study import execute, parallel, report
+from train.study.jobs import EvalJob, Job, PasskeyJob
+from train.study.plan import make_plan
 
 
 def _rows(results: dict) -> tuple[list[dict], list[dict]]:
     """(perplexity rows, passkey rows) of the finished evaluations, in plan order."""
     return ([r for j, r in results.items() if j.kind == EvalJob.kind],
             [r for j, r in results.items() if j.kind == PasskeyJob.kind])
+
+
+def _stored(ctx: execute.Context, jobs) -> dict[Job, Any]:
+    """The stored result of each of `jobs` that has one."""
+    found = {job: execute.DONE[job.kind](ctx, job) for job in jobs}
+    return {job: result for job, result in found.items() if result is not None}
 
 
 def _bar(total: float, progress: bool):
@@ -238,35 +44,60 @@ def _bar(total: float, progress: bool):
                                 "[{elapsed}<{remaining}]")
 
 
+def requested_workers(config) -> int:
+    """config.workers resolved for this backend and host (0: one per CPU core)."""
+    return parallel.resolve_workers(config.get("workers", 1), backend=jax.default_backend(),
+                                    cores=len(parallel.cpu_cores()))
+
+
+def _run_here(ctx, todo, results, on_job) -> None:
+    """The jobs one after the other in this process."""
+    for i, job in enumerate(todo, 1):
+        results[job] = execute.RUNNERS[job.kind](ctx, job)
+        on_job(job, report.describe(job, results[job]))
+        if i == len(todo) or todo[i].model != job.model:  # a model finished: save rows
+            report.write_results(ctx.workdir, *_rows(results))
+
+
 def run(config, workdir: str, *, progress: bool = True, runtime: Runtime | None = None
         ) -> list[dict]:
     """Runs (or resumes) the whole study; returns the result rows. Raises ValueError before
-    any job for anything `make_plan` or `prepare` rejects."""
+    any job for anything `make_plan` or `execute.prepare` rejects."""
     wall_start = time.perf_counter()
     plan = make_plan(config, workdir)
-    ctx = prepare(plan, runtime or Runtime())
+    requested = requested_workers(config)
+    ctx = execute.prepare(plan, runtime or Runtime())
     os.makedirs(ctx.workdir.evals, exist_ok=True)
-    results: dict[Job, Any] = {}
-    for job in plan.jobs:
-        found = DONE[job.kind](ctx, job)
-        if found is not None:
-            results[job] = found
+    results = _stored(ctx, plan.jobs)
     todo = [job for job in plan.jobs if job not in results]
-    print(report.summary(plan, todo), flush=True)
+    workers = max(1, min(requested, len(parallel.models_to_do(plan, todo))))  # 1 per model
+    print(report.summary(plan, todo) + (f"; {workers} worker processes" if workers > 1 else ""),
+          flush=True)
     estimate = sum(plan.estimate(job) for job in todo)
     this = {"started": time.strftime("%Y-%m-%d %H:%M:%S"), "work_items": len(todo),
-            "estimate_s": estimate, "load_at_start": list(os.getloadavg())}
-    bar = _bar(estimate, progress)
+            "estimate_s": estimate, "load_at_start": list(os.getloadavg()), "workers": workers}
+    bar, done = _bar(estimate, progress), []
+
+    def on_job(job: Job, text: str) -> None:
+        done.append(job)
+        bar.set_postfix_str(f"{len(done)}/{len(todo)} items, last: {text}", refresh=False)
+        bar.update(round(plan.estimate(job)))
+
+    def on_model(_: str) -> None:  # save the rows so far (evaluations only: cheap to read)
+        scored = [j for j in plan.jobs if j.kind in (EvalJob.kind, PasskeyJob.kind)]
+        report.write_results(ctx.workdir, *_rows(_stored(ctx, scored)))
+
     try:
-        for i, job in enumerate(todo, 1):
-            results[job] = RUNNERS[job.kind](ctx, job)
-            bar.set_postfix_str(f"{i}/{len(todo)} items, last: "
-                                f"{report.describe(job, results[job])}", refresh=False)
-            bar.update(round(plan.estimate(job)))
-            if i == len(todo) or todo[i].model != job.model:  # a model finished: save rows
-                report.write_results(ctx.workdir, *_rows(results))
+        if workers == 1:
+            _run_here(ctx, todo, results, on_job)
+        else:
+            parallel.run_models(plan, todo, workers=workers, on_job=on_job, on_model=on_model)
+            results = _stored(ctx, plan.jobs)
     finally:
         bar.close()
+    missing = [job.name for job in plan.jobs if job not in results]
+    if missing:
+        raise RuntimeError(f"study: jobs {missing[:5]} finished without a stored result")
     rows, passkey_rows = _rows({job: results[job] for job in plan.jobs})
     this["wall_s"] = time.perf_counter() - wall_start
     report.write_all(plan, ctx.workdir, rows=rows, passkey_rows=passkey_rows, results=results,

@@ -1,0 +1,157 @@
+"""The study's worker processes (train.study.parallel): the same rows as one process, a
+fine-tune only after its base, SIGTERM and a dead worker end the run cleanly and a rerun
+resumes; the scheduling rules as pure functions.
+
+The tiny study (configs/study_tiny.py) runs once in this process (workers=1) as the
+reference, and with workers=2 in spawned processes.
+"""
+
+import math
+import multiprocessing
+import os
+import pathlib
+import signal
+import threading
+import time
+
+import pytest
+
+from train.runtime import Runtime
+from train.study import parallel, runner
+from train.study import plan as study_plan
+from train.study.jobs import FinetuneJob
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def _tiny(data_dir, workers):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("cfg_tiny", ROOT / "configs" / "study_tiny.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    config = module.get_config()
+    config.train.dataset.data_dir = data_dir
+    config.workers = workers
+    config.passkey.enabled = False   # three models: rope, learned, rope.ft-yarn (after rope)
+    return config
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory):
+    return str(tmp_path_factory.mktemp("tfds"))
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory, data_dir):
+    """The tiny study's rows, run in this process."""
+    workdir = str(tmp_path_factory.mktemp("serial"))
+    return runner.run(_tiny(data_dir, 1), workdir, progress=False, runtime=Runtime())
+
+
+def _key(row):
+    return (row["encoding"], row["scaling"], row["finetune_steps"], row["eval_len"])
+
+
+def _same_rows(got, want):
+    assert [_key(r) for r in got] == [_key(r) for r in want]   # plan order kept
+    for g, w in zip(got, want):
+        if math.isnan(w["loss"]):
+            assert math.isnan(g["loss"]) and g["note"] == w["note"]
+        else:  # one core per worker may sum in another order than two: float rounding only
+            assert math.isclose(g["loss"], w["loss"], rel_tol=1e-4), (_key(g), g, w)
+
+
+def test_two_workers_give_the_rows_of_one_process(reference, data_dir, tmp_path, capsys):
+    rows = runner.run(_tiny(data_dir, 2), str(tmp_path), progress=False)
+    assert "2 worker processes" in capsys.readouterr().out
+    _same_rows(rows, reference)
+    ft = pathlib.Path(tmp_path, "rope.ft-yarn", "checkpoints")
+    assert ft.is_dir() and (tmp_path / "results.csv").exists()
+    assert multiprocessing.active_children() == []
+
+
+def _when(predicate, action, timeout=120.0):
+    """Runs `action` in a thread as soon as `predicate()` holds."""
+    def wait():
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            if predicate():
+                return action()
+            time.sleep(0.05)
+    thread = threading.Thread(target=wait, daemon=True)
+    thread.start()
+    return thread
+
+
+def _training_started(workdir):
+    return lambda: any(pathlib.Path(workdir).glob("*/study_train.json"))
+
+
+def test_sigterm_stops_every_worker_and_a_rerun_finishes(reference, data_dir, tmp_path,
+                                                         capsys):
+    config, workdir = _tiny(data_dir, 2), str(tmp_path)
+    _when(_training_started(workdir), lambda: os.kill(os.getpid(), signal.SIGTERM))
+    before = signal.getsignal(signal.SIGTERM)
+    with pytest.raises(SystemExit) as stop:
+        runner.run(config, workdir, progress=False)
+    assert stop.value.code == 0 and "rerun the same command to resume" in capsys.readouterr().out
+    assert signal.getsignal(signal.SIGTERM) == before
+    assert multiprocessing.active_children() == []
+    config.workers = 1   # and resumes in one process just as well
+    _same_rows(runner.run(config, workdir, progress=False), reference)
+
+
+def test_a_worker_that_dies_is_an_error_naming_its_model(data_dir, tmp_path):
+    def kill_one():
+        children = multiprocessing.active_children()
+        if children:
+            os.kill(children[0].pid, signal.SIGKILL)
+
+    _when(_training_started(str(tmp_path)), kill_one)
+    with pytest.raises(RuntimeError, match=r"the worker (running model '[\w.-]+'|waiting for a "
+                                           r"model) died \(exit code -9; out of memory\?\); "
+                                           r"rerun to resume"):
+        runner.run(_tiny(data_dir, 2), str(tmp_path), progress=False)
+    assert multiprocessing.active_children() == []
+
+
+# ------------------------------------------------------------------------------ pure rules
+
+@pytest.mark.parametrize("value, backend, cores, want", [
+    (0, "cpu", 2, 2), (0, "cpu", 16, 16), (0, "gpu", 16, 1), (0, "tpu", 8, 1), (3, "gpu", 1, 3),
+    (1, "cpu", 2, 1)])
+def test_workers_auto_is_one_per_core_on_a_cpu_only(value, backend, cores, want):
+    assert parallel.resolve_workers(value, backend=backend, cores=cores) == want
+
+
+@pytest.mark.parametrize("value, error, message", [
+    (-1, ValueError, r"config.workers must be >= 0, got config.workers=-1"),
+    (None, TypeError, r"config.workers must be an int, got config.workers=None")])
+def test_bad_workers_are_refused_before_any_job(data_dir, tmp_path, value, error, message):
+    with pytest.raises(error, match=message):
+        runner.run(_tiny(data_dir, value), str(tmp_path), progress=False)
+    assert not any(tmp_path.iterdir())
+
+
+def test_core_shares_are_disjoint_and_cover_the_cores():
+    assert parallel.core_shares([0, 1, 2, 3, 4], 2) == [[0, 2, 4], [1, 3]]
+    assert parallel.core_shares([0, 1], 2) == [[0], [1]]
+    assert parallel.core_shares([0], 2) == [[], []]   # more workers than cores: not pinned
+
+
+def test_a_finetune_waits_for_its_base_and_the_costliest_goes_first(data_dir, tmp_path):
+    plan = study_plan.make_plan(_tiny(data_dir, 2), str(tmp_path))
+    bases, cost = parallel.schedule(plan, plan.jobs)
+    tuned = {j.model: j.base for j in plan.jobs if isinstance(j, FinetuneJob)}
+    assert bases == tuned and tuned          # rope.ft-yarn <- rope, ...
+    for model, base in tuned.items():
+        assert cost[base] > cost[model]      # a base carries its fine-tunes' cost
+    pending = parallel.models_to_do(plan, plan.jobs)
+    assert pending == list(plan.models)
+    untrained = set(pending)
+    first = parallel.next_model(pending, ready=lambda m: bases.get(m) not in untrained,
+                                cost=cost)
+    assert first not in tuned and cost[first] == max(cost[m] for m in pending if m not in tuned)
+    assert parallel.next_model(list(tuned), ready=lambda m: bases[m] not in untrained,
+                               cost=cost) is None

@@ -1,0 +1,222 @@
+"""The study's models in worker processes: each worker trains one model, then runs its
+evaluations, then takes the next model whose base (a fine-tune's) is trained.
+
+    resolve_workers(value, backend=, cores=) -> int    config.workers as a count
+    run_models(plan, todo, workers=, on_job=, on_model=)
+
+Why: the study's CPU models are small (L = 64, E = 64), and XLA:CPU's thread pool does not
+keep two cores busy on them: one training uses about 1.6 of a 2-core host's cores, a quarter
+of it in the kernel. Two trainings pinned to one core each finished in 39 s where the same
+two, one after the other, took 58 s (2026-12-01, 2-core host). On an accelerator the device
+is the limit, and a second process would have to share its memory: one worker there.
+
+Each worker is a fresh interpreter (multiprocessing's "spawn": a process that has started JAX
+cannot fork) pinned to its share of the cores before JAX starts. It rebuilds the plan from the
+same config (`make_plan` is pure) and runs `execute.RUNNERS` on the jobs of the model it is
+sent. Results go to the workdir as in one process (each model owns its directory and its eval
+files), so the parent only schedules and counts; `runner` reads the rows back at the end.
+
+Faults: SIGTERM to the parent is passed to every worker, whose training saves a checkpoint
+(as in one process); the parent then exits 0 and a rerun resumes. Ctrl-C does the same and
+raises KeyboardInterrupt. A worker's exception, or a worker that dies (out of memory),
+stops the others the same way and is raised here as RuntimeError naming the model, with the
+worker's traceback.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import queue
+import signal
+import traceback
+from collections.abc import Callable, Sequence
+
+from posenc_jax import checks
+from train.runtime import Runtime
+from train.study import execute, report
+from train.study.jobs import FinetuneJob, Job, TrainJob
+from train.study.plan import Plan, make_plan
+
+POLL_S = 0.5       # how often the parent checks that its busy workers are alive
+JOIN_S = 120.0     # how long a stopping worker may take to save its checkpoint
+
+
+def resolve_workers(value, *, backend: str, cores: int) -> int:
+    """`config.workers` as a count: 0 (auto) is one per CPU core on the CPU backend, else 1."""
+    n = checks.integer("config.workers", value, minimum=0)
+    if n:
+        return n
+    return max(1, cores) if backend == "cpu" else 1
+
+
+def cpu_cores() -> list[int]:
+    """The CPU cores this process may run on."""
+    if hasattr(os, "sched_getaffinity"):
+        return sorted(os.sched_getaffinity(0))
+    return list(range(os.cpu_count() or 1))
+
+
+def core_shares(cores: Sequence[int], workers: int) -> list[list[int]]:
+    """Disjoint core sets, one per worker; no pinning ([] each) when cores < workers."""
+    if workers > len(cores):
+        return [[] for _ in range(workers)]
+    return [list(cores[i::workers]) for i in range(workers)]
+
+
+def models_to_do(plan: Plan, todo: Sequence[Job]) -> list[str]:
+    """The models with work left, in plan order."""
+    left = {job.model for job in todo}
+    return [m for m in plan.models if m in left]
+
+
+def schedule(plan: Plan, todo: Sequence[Job]) -> tuple[dict[str, str], dict[str, float]]:
+    """(base of each fine-tuned model, estimated seconds of each model and its dependents)."""
+    bases = {j.model: j.base for j in plan.jobs if isinstance(j, FinetuneJob)}
+    cost = {m: 0.0 for m in plan.models}
+    for job in todo:
+        cost[job.model] += plan.estimate(job)
+    total = dict(cost)
+    for model, base in bases.items():
+        total[base] += cost[model]
+    return bases, total
+
+
+def next_model(pending: Sequence[str], *, ready: Callable[[str], bool],
+               cost: dict[str, float]) -> str | None:
+    """The costliest pending model that can start (the longest first finishes soonest)."""
+    candidates = [m for m in pending if ready(m)]
+    return max(candidates, key=lambda m: cost[m]) if candidates else None
+
+
+def _worker(config, workdir: str, cores: list[int], inbox, outbox) -> None:
+    """A worker's life: pin, rebuild the plan, run the models it is sent until None."""
+    if cores:
+        os.sched_setaffinity(0, cores)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)   # Ctrl-C is the parent's to handle
+    model = None
+    try:
+        plan = make_plan(config, workdir)
+        ctx = execute.prepare(plan, Runtime())
+        index = {job: i for i, job in enumerate(plan.jobs)}
+        while (model := inbox.get()) is not None:
+            for job in plan.jobs_for(model):
+                result = execute.DONE[job.kind](ctx, job)
+                if result is None:
+                    result = execute.RUNNERS[job.kind](ctx, job)
+                outbox.put(("job", index[job], report.describe(job, result)))
+            outbox.put(("model", model, ""))
+    except SystemExit:   # a training saved its checkpoint on SIGTERM
+        outbox.put(("stopped", model, ""))
+    except BaseException:  # noqa: BLE001 -- reported to the parent, which raises it
+        outbox.put(("error", model, traceback.format_exc()))
+
+
+class _Workers:
+    """The spawned worker processes, their inboxes and what each is busy with."""
+
+    def __init__(self, plan: Plan, workers: int):
+        spawn = multiprocessing.get_context("spawn")
+        self.outbox = spawn.Queue()
+        self.inboxes, self.procs, self.busy = [], [], {}
+        for i, cores in enumerate(core_shares(cpu_cores(), workers)):
+            inbox = spawn.Queue()
+            proc = spawn.Process(target=_worker, name=f"study-worker-{i}", daemon=True,
+                                 args=(plan.config, plan.workdir, cores, inbox, self.outbox))
+            proc.start()
+            self.inboxes.append(inbox)
+            self.procs.append(proc)
+
+    def idle(self) -> list[int]:
+        return [i for i in range(len(self.procs)) if i not in self.busy]
+
+    def send(self, i: int, model: str) -> None:
+        self.busy[i] = model
+        self.inboxes[i].put(model)
+
+    def dead(self) -> str | None:
+        """What a worker that died without a word was doing, else None."""
+        for i, proc in enumerate(self.procs):
+            if not proc.is_alive():
+                doing = (f"running model {self.busy[i]!r}" if i in self.busy
+                         else "waiting for a model")
+                return f"the worker {doing} died (exit code {proc.exitcode}"
+        return None
+
+    def stop(self) -> None:
+        """SIGTERM to the busy workers (a training saves its checkpoint), None to the idle
+        ones; waits for all, then kills what is left."""
+        for i, proc in enumerate(self.procs):
+            if i in self.busy and proc.is_alive():
+                os.kill(proc.pid, signal.SIGTERM)
+            else:
+                self.inboxes[i].put(None)
+        for proc in self.procs:
+            proc.join(JOIN_S)
+            if proc.is_alive():
+                proc.kill()
+                proc.join()
+
+
+def run_models(plan: Plan, todo: Sequence[Job], *, workers: int,
+               on_job: Callable[[Job, str], None], on_model: Callable[[str], None]) -> None:
+    """Runs the `todo` jobs of `plan` in `workers` processes (see the module docstring).
+    `on_job(job, text)` is called as each job finishes, `on_model(model)` as each model's
+    last one does. Raises SystemExit(0) if stopped by SIGTERM."""
+    pending = models_to_do(plan, todo)
+    bases, cost = schedule(plan, todo)
+    left = {j.model for j in todo if isinstance(j, TrainJob)}   # trainings not finished
+
+    def ready(model: str) -> bool:
+        return bases.get(model) not in left
+
+    pool = _Workers(plan, workers)
+    stopped = []
+    previous = signal.signal(signal.SIGTERM, lambda *_: stopped.append(True))
+    try:
+        while pending or pool.busy:
+            if stopped:
+                raise SystemExit(0)
+            for i in pool.idle():
+                model = next_model(pending, ready=ready, cost=cost)
+                if model is None:
+                    break
+                pending.remove(model)
+                pool.send(i, model)
+            if not pool.busy:
+                raise RuntimeError(f"study: models {pending} wait for bases that never "
+                                   "finished training")
+            _receive(plan, pool, left, on_job, on_model)
+    except BaseException:
+        pool.stop()
+        if stopped:
+            print("study: stopped by SIGTERM (each training saved a checkpoint); rerun the "
+                  "same command to resume", flush=True)
+        raise
+    else:
+        pool.stop()
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _receive(plan: Plan, pool: _Workers, left: set, on_job, on_model) -> None:
+    """Handles one message from the workers (or checks that the busy ones are alive)."""
+    try:
+        kind, key, text = pool.outbox.get(timeout=POLL_S)
+    except queue.Empty:
+        dead = pool.dead()
+        if dead:
+            raise RuntimeError(f"study: {dead}; out of memory?); rerun to resume") from None
+        return
+    if kind == "job":
+        job = plan.jobs[key]
+        if isinstance(job, TrainJob):
+            left.discard(job.model)
+        on_job(job, text)
+    elif kind == "model":
+        pool.busy = {i: m for i, m in pool.busy.items() if m != key}
+        on_model(key)
+    elif kind == "stopped":
+        raise SystemExit(0)
+    else:
+        raise RuntimeError(f"study: a worker failed on model {key!r}:\n{text}")
