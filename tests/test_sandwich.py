@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 
 import posenc_jax
-from posenc_jax.encodings import sandwich
+from posenc_jax.encodings import base, sandwich
 
 H, DIM = 8, 128
 
@@ -84,3 +84,21 @@ def test_errors_name_the_values():
     with pytest.raises(ValueError, match="built for embed_dim=64 but the model has embed_dim=32"):
         sandwich.Sandwich(num_heads=2, embed_dim=64).check_model(embed_dim=32, num_heads=2,
                                                                  head_dim=16)
+
+
+def test_bias_equals_the_elementwise_hook_bit_for_bit_on_batched_positions():
+    qp = jnp.array([[0, 5, 999_990, 7], [3, 3, 1, 2]])                       # [B, Lq]
+    kp = jnp.array([[1_000_000, 2, 0, 40, 9], [0, 1, 2, 3, 4]])              # [B, Lk]
+    want = jax.jit(lambda a, b: base.bias_from_elementwise(ENC, {}, a, b, num_heads=H))
+    np.testing.assert_array_equal(np.asarray(BIAS(qp, kp)), np.asarray(want(qp, kp)))
+    np.testing.assert_array_equal(np.asarray(BIAS(qp[0], kp)), np.asarray(want(qp[0], kp)))
+
+
+def test_bias_evaluates_the_sines_once_not_per_head_or_per_call():
+    """The cost that made Sandwich 2x slower than NoPE to train (10-40x at eval): XLA fused
+    the d'/2 unrolled sines into each head's loop. One sine in the compiled program, for two
+    bias calls (two layers) on [B, L] positions with H = 8 heads."""
+    pos = jnp.broadcast_to(jnp.arange(32), (4, 32))
+    twice = jax.jit(lambda p: ENC.bias({}, p, p) + 2.0 * ENC.bias({}, p, p))
+    text = twice.lower(pos).compile().as_text()
+    assert text.count(" sine(") == 1, [ln for ln in text.splitlines() if " sine(" in ln][:3]
