@@ -134,6 +134,18 @@ def test_bad_workers_are_refused_before_any_job(data_dir, tmp_path, value, error
     assert not any(tmp_path.iterdir())
 
 
+def test_the_estimate_counts_the_workers(data_dir, tmp_path):
+    from train.study import report
+
+    plan = study_plan.make_plan(_tiny(data_dir, 2), str(tmp_path))
+    assert parallel.speedup(1) == 1.0 and parallel.speedup(2) == pytest.approx(1.48)
+    one = report.summary(plan, plan.jobs)
+    two = report.summary(plan, plan.jobs, workers=2, speedup=parallel.speedup(2))
+    minutes = [float(t.split("estimated ")[1].split(" min")[0]) for t in (one, two)]
+    assert minutes[1] == pytest.approx(minutes[0] / 1.48, abs=0.06)
+    assert "min with 2 worker processes" in two and "worker" not in one
+
+
 def test_core_shares_are_disjoint_and_cover_the_cores():
     assert parallel.core_shares([0, 1, 2, 3, 4], 2) == [[0, 2, 4], [1, 3]]
     assert parallel.core_shares([0, 1], 2) == [[0], [1]]

@@ -40,6 +40,7 @@ from train.study.plan import Plan, make_plan
 
 POLL_S = 0.5       # how often the parent checks that its busy workers are alive
 JOIN_S = 120.0     # how long a stopping worker may take to save its checkpoint
+SPEEDUP_PER_WORKER = 0.74   # measured: see `speedup`
 
 
 def resolve_workers(value, *, backend: str, cores: int) -> int:
@@ -48,6 +49,12 @@ def resolve_workers(value, *, backend: str, cores: int) -> int:
     if n:
         return n
     return max(1, cores) if backend == "cpu" else 1
+
+
+def speedup(workers: int) -> float:
+    """Expected speed of `workers` processes over one, for the printed estimate: 0.74 per
+    worker (2 workers on 2 cores: the default study in 778 s against 1,147 s in one)."""
+    return max(1.0, SPEEDUP_PER_WORKER * workers)
 
 
 def cpu_cores() -> list[int]:

@@ -26,17 +26,20 @@ from train.study.jobs import NO_SCALING, EvalJob, FinetuneJob, Job, PasskeyJob, 
 from train.study.plan import Plan
 
 
-def summary(plan: Plan, todo: Sequence[Job]) -> str:
-    """One line: what the plan holds, what is left to do, the estimated time."""
+def summary(plan: Plan, todo: Sequence[Job], *, workers: int = 1, speedup: float = 1.0
+            ) -> str:
+    """One line: what the plan holds, what is left to do, the estimated time (one process's,
+    divided by `speedup` for `workers` processes)."""
     kinds = ("train", "finetune", "eval", "passkey")
     left = {k: sum(1 for j in todo if j.kind == k) for k in kinds}
     total = {k: len(plan.of_kind(k)) for k in kinds}
-    est = sum(plan.estimate(j) for j in todo)
+    est = sum(plan.estimate(j) for j in todo) / speedup
     counts = ", ".join(f"{left[k]}/{total[k]} {k}" for k in kinds if total[k])
+    how = f" with {workers} worker processes" if workers > 1 else ""
     return (f"study: {len(plan.encodings)} encodings ({', '.join(plan.encodings)}), "
             f"seeds {list(plan.seeds)}, L={plan.train_len}, eval lengths "
             f"{list(plan.eval_lens)}, scalings {list(plan.scalings) or 'none'}; to do "
-            f"(of all): {counts}; estimated {est / 60:.1f} min at "
+            f"(of all): {counts}; estimated {est / 60:.1f} min{how} at "
             f"{plan.config.estimate_gflops} GFLOP/s (config.estimate_gflops) -- an estimate, "
             "not a measurement")
 

@@ -38,7 +38,7 @@ def _stored(ctx: execute.Context, jobs) -> dict[Job, Any]:
 
 
 def _bar(total: float, progress: bool):
-    return tqdm.tqdm(total=round(total), unit="s(est)", disable=not progress,
+    return tqdm.tqdm(total=total, unit="s(est)", disable=not progress,
                      dynamic_ncols=True, position=0,
                      bar_format="study {percentage:3.0f}%|{bar}| {postfix} "
                                 "[{elapsed}<{remaining}]")
@@ -71,7 +71,7 @@ def run(config, workdir: str, *, progress: bool = True, runtime: Runtime | None 
     results = _stored(ctx, plan.jobs)
     todo = [job for job in plan.jobs if job not in results]
     workers = max(1, min(requested, len(parallel.models_to_do(plan, todo))))  # 1 per model
-    print(report.summary(plan, todo) + (f"; {workers} worker processes" if workers > 1 else ""),
+    print(report.summary(plan, todo, workers=workers, speedup=parallel.speedup(workers)),
           flush=True)
     estimate = sum(plan.estimate(job) for job in todo)
     this = {"started": time.strftime("%Y-%m-%d %H:%M:%S"), "work_items": len(todo),
@@ -81,7 +81,7 @@ def run(config, workdir: str, *, progress: bool = True, runtime: Runtime | None 
     def on_job(job: Job, text: str) -> None:
         done.append(job)
         bar.set_postfix_str(f"{len(done)}/{len(todo)} items, last: {text}", refresh=False)
-        bar.update(round(plan.estimate(job)))
+        bar.update(plan.estimate(job))
 
     def on_model(_: str) -> None:  # save the rows so far (evaluations only: cheap to read)
         scored = [j for j in plan.jobs if j.kind in (EvalJob.kind, PasskeyJob.kind)]
