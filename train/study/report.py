@@ -73,7 +73,9 @@ def machine() -> str:
 
 
 def _timing_table(plan: Plan, results: Mapping[Job, Any], timings: dict) -> str:
-    lines = ["| model | train (s) | eval (s) |", "|---|---|---|"]
+    lines = [("Seconds per model, in the process that ran it (with worker processes, each "
+              "pinned to its share of the cores, so slower per model than one process with all "
+              "of them)."), "", "| model | train (s) | eval (s) |", "|---|---|---|"]
     for job in plan.jobs:
         if job.kind not in (TrainJob.kind, FinetuneJob.kind):
             continue
@@ -87,8 +89,10 @@ def _timing_table(plan: Plan, results: Mapping[Job, Any], timings: dict) -> str:
                    "is `config.estimate_gflops`'s):"), ""]
     for i, run_ in enumerate(timings["invocations"], 1):
         load = ", ".join(f"{x:.2f}" for x in run_["load_at_start"])
+        workers = int(run_.get("workers", 1))
+        how = f" by {workers} worker processes" if workers > 1 else ""
         lines.append(f"{i}. {run_['started']}: {run_['work_items']} work items in "
-                     f"{run_['wall_s']:.0f} s (estimated {run_['estimate_s']:.0f} s); load "
+                     f"{run_['wall_s']:.0f} s{how} (estimated {run_['estimate_s']:.0f} s); load "
                      f"average (1, 5, 15 min) at the start {load}")
     return "\n".join(lines)
 

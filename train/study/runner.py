@@ -75,7 +75,7 @@ def run(config, workdir: str, *, progress: bool = True, runtime: Runtime | None 
           flush=True)
     estimate = sum(plan.estimate(job) for job in todo)
     this = {"started": time.strftime("%Y-%m-%d %H:%M:%S"), "work_items": len(todo),
-            "estimate_s": estimate, "load_at_start": list(os.getloadavg()), "workers": workers}
+            "estimate_s": estimate / parallel.speedup(workers), "load_at_start": list(os.getloadavg()), "workers": workers}
     bar, done = _bar(estimate, progress), []
 
     def on_job(job: Job, text: str) -> None:
