@@ -77,3 +77,12 @@ def test_flat_perplexity_but_no_retrieval_is_named():
     md, blind = aggregate.flat_but_blind(ppl, keys, train_len=16, order=["rope", "alibi"])
     assert blind == ["alibi"]  # rope's perplexity is not flat: it is not 'blind but flat'
     assert "| `alibi` | 1.02 | 0.90 | 0.30 | 0.00 |" in md
+
+
+def test_every_encoding_in_the_figures_has_its_own_colour():
+    import matplotlib.colors
+
+    from train.study import figures
+
+    colours = [matplotlib.colors.to_hex(figures._plain_color(i)) for i in range(16)]
+    assert len(set(colours)) == 16

@@ -24,12 +24,20 @@ from train.study.aggregate import Line, Spread, line_label, ordered_lines
 from train.study.jobs import NO_SCALING
 
 _STYLES = ["--", ":", "-.", (0, (5, 1, 1, 1)), (0, (1, 1)), (0, (3, 1, 1, 1, 1, 1))]
+_PAST_TAB10 = ("black", "darkgoldenrod", "darkslateblue", "olive", "teal", "maroon")
+
+
+def _plain_color(i: int):
+    """The i-th encoding's colour: tab10's ten, then six more (with diamond markers), so
+    no two of the first 16 encodings share a colour."""
+    return matplotlib.colormaps["tab10"](i) if i < 10 else _PAST_TAB10[(i - 10) % 6]
 
 
 def _draw(ax, stats: Mapping[tuple[Line, int], Spread], lines: Sequence[Line], *,
           train_len: int, anchor: bool) -> None:
     plain = [ln for ln in lines if ln[1] == NO_SCALING and not ln[2]]
-    colors = {ln[0]: matplotlib.colormaps["tab10"](i % 10) for i, ln in enumerate(plain)}
+    colors = {ln[0]: _plain_color(i) for i, ln in enumerate(plain)}
+    markers = {ln[0]: "o" if i < 10 else "D" for i, ln in enumerate(plain)}
     others = [ln for ln in lines if ln not in plain]
     dark = {ln: matplotlib.colormaps["Dark2"](i % 8) for i, ln in enumerate(
         sorted({(ln[0], ln[1]) for ln in others}))}
@@ -46,7 +54,7 @@ def _draw(ax, stats: Mapping[tuple[Line, int], Spread], lines: Sequence[Line], *
         ys = [s.median for _, s in points]
         err = [[s.median - s.low for _, s in points], [s.high - s.median for _, s in points]]
         if line in plain:
-            kw = {"color": colors[line[0]], "fmt": "-o", "lw": 2, "ms": 4}
+            kw = {"color": colors[line[0]], "fmt": "-" + markers[line[0]], "lw": 2, "ms": 4}
         else:
             i = others.index(line)
             kw = {"color": dark[(line[0], line[1])], "marker": "s" if line[2] else "^",
