@@ -16,8 +16,8 @@ Keys:
                      per seed (names get '.s<seed>' except train.seed's); the
                      tables show the median and min-max, the figures min-max bars
   workers            processes that run the models (each trains one, then scores it): 0 is
-                     one per CPU core on a CPU backend and 1 elsewhere; 1 runs everything
-                     in this process (`train.study.parallel`)
+                     one per CPU core on a CPU backend (at most 8) and 1 on an accelerator;
+                     1 runs everything in this process (`train.study.parallel`)
   finetune           scalings (methods, 'none' = continued pretraining; '' for no fine-tuning),
                      length ('4L'), fraction (of the pretraining steps), batch_size (0: the
                      pretraining batch): see `train.study.extension`

@@ -119,7 +119,7 @@ def test_a_worker_that_dies_is_an_error_naming_its_model(data_dir, tmp_path):
 # ------------------------------------------------------------------------------ pure rules
 
 @pytest.mark.parametrize("value, backend, cores, want", [
-    (0, "cpu", 2, 2), (0, "cpu", 16, 16), (0, "gpu", 16, 1), (0, "tpu", 8, 1), (3, "gpu", 1, 3),
+    (0, "cpu", 2, 2), (0, "cpu", 8, 8), (0, "cpu", 64, 8), (0, "gpu", 16, 1), (0, "tpu", 8, 1), (3, "gpu", 1, 3),
     (1, "cpu", 2, 1)])
 def test_workers_auto_is_one_per_core_on_a_cpu_only(value, backend, cores, want):
     assert parallel.resolve_workers(value, backend=backend, cores=cores) == want

@@ -41,14 +41,16 @@ from train.study.plan import Plan, make_plan
 POLL_S = 0.5       # how often the parent checks that its busy workers are alive
 JOIN_S = 120.0     # how long a stopping worker may take to save its checkpoint
 SPEEDUP_PER_WORKER = 0.74   # measured: see `speedup`
+AUTO_MAX = 8       # config.workers=0 on a many-core CPU: at most this many processes
 
 
 def resolve_workers(value, *, backend: str, cores: int) -> int:
-    """`config.workers` as a count: 0 (auto) is one per CPU core on the CPU backend, else 1."""
+    """`config.workers` as a count: 0 (auto) is one per CPU core on the CPU backend, at most
+    `AUTO_MAX` (each worker is a JAX process of about 1 GiB), and 1 on an accelerator."""
     n = checks.integer("config.workers", value, minimum=0)
     if n:
         return n
-    return max(1, cores) if backend == "cpu" else 1
+    return max(1, min(cores, AUTO_MAX)) if backend == "cpu" else 1
 
 
 def speedup(workers: int) -> float:
