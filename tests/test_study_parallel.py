@@ -116,6 +116,60 @@ def test_a_worker_that_dies_is_an_error_naming_its_model(data_dir, tmp_path):
     assert multiprocessing.active_children() == []
 
 
+def _children(pid):
+    """The pids of the processes whose parent is `pid` (from /proc)."""
+    found = []
+    for entry in pathlib.Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                found.append(int(entry.name))
+    return found
+
+
+def _gone(pid):
+    """Whether `pid` has exited (a zombie counts: its parent is gone, it is not running)."""
+    try:
+        stat = (pathlib.Path("/proc") / str(pid) / "stat").read_text()
+    except OSError:
+        return True
+    return stat.rsplit(")", 1)[1].split()[0] == "Z"
+
+
+@pytest.mark.skipif(not pathlib.Path("/proc/self/stat").exists(), reason="reads /proc (Linux)")
+def test_workers_exit_when_their_parent_is_killed(data_dir, tmp_path):
+    """SIGKILL of the study leaves no worker behind, idle or training (orphans trained on,
+    then waited for a model forever, and a rerun found the model's workdir locked)."""
+    import subprocess
+    import sys
+
+    flags = [f"--config.train.dataset.data_dir={data_dir}", "--config.workers=2",
+             "--config.passkey.enabled=False", "--config.train.num_train_steps=500"]
+    study = subprocess.Popen(
+        [sys.executable, "-m", "train.study", "--config=configs/study_tiny.py",
+         f"--workdir={tmp_path}", *flags], cwd=ROOT, stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        end = time.monotonic() + 120
+        while not _training_started(tmp_path)() and time.monotonic() < end:
+            time.sleep(0.05)
+        workers = _children(study.pid)
+        assert workers, "the study started no worker"
+    finally:
+        study.kill()
+        study.wait()
+    end = time.monotonic() + 30
+    while not all(_gone(w) for w in workers) and time.monotonic() < end:
+        time.sleep(0.1)
+    left = [w for w in workers if not _gone(w)]
+    for w in left:
+        os.kill(w, signal.SIGKILL)
+    assert not left, f"orphaned workers {left}"
+
+
 # ------------------------------------------------------------------------------ pure rules
 
 @pytest.mark.parametrize("value, backend, cores, want", [

@@ -17,7 +17,8 @@ sent. Results go to the workdir as in one process (each model owns its directory
 files), so the parent only schedules and counts; `runner` reads the rows back at the end.
 
 Faults: SIGTERM to the parent is passed to every worker, whose training saves a checkpoint
-(as in one process); the parent then exits 0 and a rerun resumes. Ctrl-C does the same and
+(as in one process); the parent then exits 0 and a rerun resumes. A parent killed outright
+(SIGKILL) leaves no orphan: each worker sends itself SIGTERM when its parent dies. Ctrl-C does the same and
 raises KeyboardInterrupt. A worker's exception, or a worker that dies (out of memory),
 stops the others the same way and is raised here as RuntimeError naming the model, with the
 worker's traceback.
@@ -26,9 +27,11 @@ worker's traceback.
 from __future__ import annotations
 
 import multiprocessing
+import multiprocessing.connection
 import os
 import queue
 import signal
+import threading
 import traceback
 from collections.abc import Callable, Sequence
 
@@ -98,11 +101,27 @@ def next_model(pending: Sequence[str], *, ready: Callable[[str], bool],
     return max(candidates, key=lambda m: cost[m]) if candidates else None
 
 
+def _exit_with_parent() -> None:
+    """SIGTERM to this process when its parent dies without stopping it (SIGKILL, out of
+    memory): a training saves its checkpoint and exits, an idle worker exits; none is left
+    orphaned, waiting for a model forever or training beside a rerun."""
+    parent = multiprocessing.parent_process()
+    if parent is None:
+        return
+
+    def watch() -> None:
+        multiprocessing.connection.wait([parent.sentinel])
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=watch, name="study-parent-watch", daemon=True).start()
+
+
 def _worker(config, workdir: str, cores: list[int], inbox, outbox) -> None:
     """A worker's life: pin, rebuild the plan, run the models it is sent until None."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)   # Ctrl-C is the parent's to handle
+    _exit_with_parent()
     if cores:
         os.sched_setaffinity(0, cores)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)   # Ctrl-C is the parent's to handle
     model = None
     try:
         plan = make_plan(config, workdir)
