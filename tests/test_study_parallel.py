@@ -13,6 +13,7 @@ import pathlib
 import signal
 import threading
 import time
+import warnings
 
 import pytest
 
@@ -198,6 +199,18 @@ def test_the_estimate_counts_the_workers(data_dir, tmp_path):
     minutes = [float(t.split("estimated ")[1].split(" min")[0]) for t in (one, two)]
     assert minutes[1] == pytest.approx(minutes[0] / 1.48, abs=0.06)
     assert "min with 2 worker processes" in two and "worker" not in one
+
+
+def test_the_bar_never_passes_its_total():
+    bar = runner._bar(0.3, progress=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")   # tqdm warns when it has to clamp
+        for amount in (0.1, 0.2, 0.05):  # 0.1 + 0.2 > 0.3 in floats: the order can do it
+            runner.advance(bar, amount)
+            bar.refresh()
+            assert bar.n <= bar.total
+    assert bar.n == bar.total
+    bar.close()
 
 
 def test_core_shares_are_disjoint_and_cover_the_cores():

@@ -44,6 +44,13 @@ def _bar(total: float, progress: bool):
                                 "[{elapsed}<{remaining}]")
 
 
+def advance(bar, amount: float) -> None:
+    """Moves `bar` on by `amount`, never past its total: the workers finish jobs in another
+    order than the plan's, and float sums in another order overshot it ("TqdmWarning:
+    clamping frac to range [0, 1]", a remaining time of -00:00)."""
+    bar.update(max(0.0, min(amount, bar.total - bar.n)))
+
+
 def requested_workers(config) -> int:
     """config.workers resolved for this backend and host (0: one per CPU core)."""
     return parallel.resolve_workers(config.get("workers", 1), backend=jax.default_backend(),
@@ -81,7 +88,7 @@ def run(config, workdir: str, *, progress: bool = True, runtime: Runtime | None 
     def on_job(job: Job, text: str) -> None:
         done.append(job)
         bar.set_postfix_str(f"{len(done)}/{len(todo)} items, last: {text}", refresh=False)
-        bar.update(plan.estimate(job))
+        advance(bar, plan.estimate(job))
 
     def on_model(_: str) -> None:  # save the rows so far (evaluations only: cheap to read)
         scored = [j for j in plan.jobs if j.kind in (EvalJob.kind, PasskeyJob.kind)]
