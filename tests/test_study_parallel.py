@@ -117,6 +117,19 @@ def test_a_worker_that_dies_is_an_error_naming_its_model(data_dir, tmp_path):
     assert multiprocessing.active_children() == []
 
 
+def test_a_worker_ended_by_sigterm_outside_training_is_a_stop(data_dir, tmp_path, capsys):
+    """SIGTERM to the process group reaches a worker that is evaluating or starting, which
+    has no handler and exits -15: exit 0 and "rerun", not "died (out of memory?)"."""
+    def term_all():
+        for child in multiprocessing.active_children():   # starting up: no handler yet
+            os.kill(child.pid, signal.SIGTERM)
+
+    _when(lambda: multiprocessing.active_children(), term_all)
+    with pytest.raises(SystemExit) as stop:
+        runner.run(_tiny(data_dir, 2), str(tmp_path), progress=False)
+    assert stop.value.code == 0 and "rerun the same command to resume" in capsys.readouterr().out
+    assert multiprocessing.active_children() == []
+
 def _children(pid):
     """The pids of the processes whose parent is `pid` (from /proc)."""
     found = []

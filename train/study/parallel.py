@@ -18,7 +18,9 @@ files), so the parent only schedules and counts; `runner` reads the rows back at
 
 Faults: SIGTERM to the parent is passed to every worker, whose training saves a checkpoint
 (as in one process); the parent then exits 0 and a rerun resumes. A parent killed outright
-(SIGKILL) leaves no orphan: each worker sends itself SIGTERM when its parent dies. Ctrl-C does the same and
+(SIGKILL) leaves no orphan: each worker sends itself SIGTERM when its parent dies. A worker
+ended by SIGTERM outside a training (SIGTERM to the whole process group while it evaluates)
+is a stop too, not a fault. Ctrl-C does the same and
 raises KeyboardInterrupt. A worker's exception, or a worker that dies (out of memory),
 stops the others the same way and is raised here as RuntimeError naming the model, with the
 worker's traceback.
@@ -162,13 +164,13 @@ class _Workers:
         self.busy[i] = model
         self.inboxes[i].put(model)
 
-    def dead(self) -> str | None:
-        """What a worker that died without a word was doing, else None."""
+    def dead(self) -> tuple[str, int] | None:
+        """(what a worker that died without a word was doing, its exit code), else None."""
         for i, proc in enumerate(self.procs):
             if not proc.is_alive():
                 doing = (f"running model {self.busy[i]!r}" if i in self.busy
                          else "waiting for a model")
-                return f"the worker {doing} died (exit code {proc.exitcode}"
+                return doing, proc.exitcode
         return None
 
     def stop(self) -> None:
@@ -215,9 +217,9 @@ def run_models(plan: Plan, todo: Sequence[Job], *, workers: int,
                 raise RuntimeError(f"study: models {pending} wait for bases that never "
                                    "finished training")
             _receive(plan, pool, left, on_job, on_model)
-    except BaseException:
+    except BaseException as error:
         pool.stop()
-        if stopped:
+        if stopped or isinstance(error, SystemExit):
             print("study: stopped by SIGTERM (each training saved a checkpoint); rerun the "
                   "same command to resume", flush=True)
         raise
@@ -233,8 +235,11 @@ def _receive(plan: Plan, pool: _Workers, left: set, on_job, on_model) -> None:
         kind, key, text = pool.outbox.get(timeout=POLL_S)
     except queue.Empty:
         dead = pool.dead()
+        if dead and dead[1] == -signal.SIGTERM:  # outside a training: a stop, not a fault
+            raise SystemExit(0) from None        # (SIGTERM to the process group, say)
         if dead:
-            raise RuntimeError(f"study: {dead}; out of memory?); rerun to resume") from None
+            raise RuntimeError(f"study: the worker {dead[0]} died (exit code {dead[1]}; out "
+                               "of memory?); rerun to resume") from None
         return
     if kind == "job":
         job = plan.jobs[key]
