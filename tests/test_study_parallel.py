@@ -21,6 +21,7 @@ from train.runtime import Runtime
 from train.study import parallel, runner
 from train.study import plan as study_plan
 from train.study.jobs import FinetuneJob
+from train.workdir_lock import WorkdirBusyError, WorkdirLock
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
@@ -130,6 +131,16 @@ def test_a_worker_ended_by_sigterm_outside_training_is_a_stop(data_dir, tmp_path
     assert stop.value.code == 0 and "rerun the same command to resume" in capsys.readouterr().out
     assert multiprocessing.active_children() == []
 
+
+def test_a_second_study_on_the_same_workdir_is_refused(data_dir, tmp_path):
+    """Before: it ran the first one's evaluations beside it, then failed on a model's lock
+    with a worker's traceback."""
+    busy = pytest.raises(WorkdirBusyError, match="is in use by another run: pid")
+    with WorkdirLock(str(tmp_path)), busy:   # the lock: as if a first study held it
+        runner.run(_tiny(data_dir, 2), str(tmp_path), progress=False)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".lock"]
+
+
 def _children(pid):
     """The pids of the processes whose parent is `pid` (from /proc)."""
     found = []
@@ -185,6 +196,7 @@ def test_workers_exit_when_their_parent_is_killed(data_dir, tmp_path):
 
 
 # ------------------------------------------------------------------------------ pure rules
+
 
 @pytest.mark.parametrize("value, backend, cores, want", [
     (0, "cpu", 2, 2), (0, "cpu", 8, 8), (0, "cpu", 64, 8), (0, "gpu", 16, 1), (0, "tpu", 8, 1), (3, "gpu", 1, 3),

@@ -3,8 +3,9 @@
     run(config, workdir, *, progress=True, runtime=None) -> the result rows (results.csv's)
 
 `make_plan` checks the config and `execute.prepare` the workdir, memory and data before any
-job. Jobs whose stored result has their fingerprint are skipped (`execute.DONE`); the rest
-run in plan order in this process, or, with `config.workers` > 1 (0: one per core on a CPU),
+job; <workdir>/.lock (`train.workdir_lock`) keeps a second study out of the workdir while
+this one runs. Jobs whose stored result has their fingerprint are skipped (`execute.DONE`);
+the rest run in plan order in this process, or, with `config.workers` > 1 (0: one per core on a CPU),
 model by model in worker processes (`parallel`). One progress bar either way; results.csv
 is rewritten as each model finishes, and at the end `report.write_all` writes results.csv,
 passkey.csv, report.md and the figures.
@@ -23,6 +24,7 @@ from train.runtime import Runtime
 from train.study import execute, parallel, report
 from train.study.jobs import EvalJob, Job, PasskeyJob
 from train.study.plan import make_plan
+from train.workdir_lock import WorkdirLock
 
 
 def _rows(results: dict) -> tuple[list[dict], list[dict]]:
@@ -69,10 +71,17 @@ def _run_here(ctx, todo, results, on_job) -> None:
 def run(config, workdir: str, *, progress: bool = True, runtime: Runtime | None = None
         ) -> list[dict]:
     """Runs (or resumes) the whole study; returns the result rows. Raises ValueError before
-    any job for anything `make_plan` or `execute.prepare` rejects."""
+    any job for anything `make_plan` or `execute.prepare` rejects, and WorkdirBusyError while
+    another study runs in `workdir` (two would run the same evaluations side by side)."""
     wall_start = time.perf_counter()
     plan = make_plan(config, workdir)
     requested = requested_workers(config)
+    with WorkdirLock(plan.workdir):
+        return _run(plan, requested, progress=progress, runtime=runtime, wall_start=wall_start)
+
+
+def _run(plan, requested: int, *, progress: bool, runtime: Runtime | None,
+         wall_start: float) -> list[dict]:
     ctx = execute.prepare(plan, runtime or Runtime())
     os.makedirs(ctx.workdir.evals, exist_ok=True)
     results = _stored(ctx, plan.jobs)
