@@ -7,7 +7,7 @@ from configs import study
 def get_config():
     config = study.get_config()
     config.encodings = "rope,learned"
-    config.workers = 1   # in the test's process (tests/test_study.py runs workers=2 once)
+    config.workers = 1   # in the test's process (tests/study/test_study_parallel.py: 2)
     config.scalings = "yarn"
     config.finetune.scalings = "yarn"
     config.finetune.length = "2L"

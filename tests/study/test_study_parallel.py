@@ -23,32 +23,27 @@ from train.study import plan as study_plan
 from train.study.jobs import FinetuneJob
 from train.workdir_lock import WorkdirBusyError, WorkdirLock
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
-
-
-def _tiny(data_dir, workers):
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("cfg_tiny", ROOT / "configs" / "study_tiny.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    config = module.get_config()
-    config.train.dataset.data_dir = data_dir
-    config.workers = workers
-    config.passkey.enabled = False   # three models: rope, learned, rope.ft-yarn (after rope)
-    return config
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
-def data_dir(tmp_path_factory):
-    return str(tmp_path_factory.mktemp("tfds"))
+def tiny_at(load_config, data_dir):
+    """tiny_at(workers): the tiny study with three models (rope, learned, rope.ft-yarn after
+    rope; no passkey models), reading this module's corpus."""
+    def make(workers):
+        config = load_config("study_tiny")
+        config.train.dataset.data_dir = data_dir
+        config.workers = workers
+        config.passkey.enabled = False
+        return config
+    return make
 
 
 @pytest.fixture(scope="module")
-def reference(tmp_path_factory, data_dir):
+def reference(tmp_path_factory, tiny_at):
     """The tiny study's rows, run in this process."""
     workdir = str(tmp_path_factory.mktemp("serial"))
-    return runner.run(_tiny(data_dir, 1), workdir, progress=False, runtime=Runtime())
+    return runner.run(tiny_at(1), workdir, progress=False, runtime=Runtime())
 
 
 def _key(row):
@@ -64,8 +59,8 @@ def _same_rows(got, want):
             assert math.isclose(g["loss"], w["loss"], rel_tol=1e-4), (_key(g), g, w)
 
 
-def test_two_workers_give_the_rows_of_one_process(reference, data_dir, tmp_path, capsys):
-    rows = runner.run(_tiny(data_dir, 2), str(tmp_path), progress=False)
+def test_two_workers_give_the_rows_of_one_process(reference, tiny_at, tmp_path, capsys):
+    rows = runner.run(tiny_at(2), str(tmp_path), progress=False)
     assert "2 worker processes" in capsys.readouterr().out
     _same_rows(rows, reference)
     ft = pathlib.Path(tmp_path, "rope.ft-yarn", "checkpoints")
@@ -90,9 +85,9 @@ def _training_started(workdir):
     return lambda: any(pathlib.Path(workdir).glob("*/study_train.json"))
 
 
-def test_sigterm_stops_every_worker_and_a_rerun_finishes(reference, data_dir, tmp_path,
+def test_sigterm_stops_every_worker_and_a_rerun_finishes(reference, tiny_at, tmp_path,
                                                          capsys):
-    config, workdir = _tiny(data_dir, 2), str(tmp_path)
+    config, workdir = tiny_at(2), str(tmp_path)
     _when(_training_started(workdir), lambda: os.kill(os.getpid(), signal.SIGTERM))
     before = signal.getsignal(signal.SIGTERM)
     with pytest.raises(SystemExit) as stop:
@@ -104,7 +99,7 @@ def test_sigterm_stops_every_worker_and_a_rerun_finishes(reference, data_dir, tm
     _same_rows(runner.run(config, workdir, progress=False), reference)
 
 
-def test_a_worker_that_dies_is_an_error_naming_its_model(data_dir, tmp_path):
+def test_a_worker_that_dies_is_an_error_naming_its_model(tiny_at, tmp_path):
     def kill_one():
         children = multiprocessing.active_children()
         if children:
@@ -114,11 +109,11 @@ def test_a_worker_that_dies_is_an_error_naming_its_model(data_dir, tmp_path):
     with pytest.raises(RuntimeError, match=r"the worker (running model '[\w.-]+'|waiting for a "
                                            r"model) died \(exit code -9; out of memory\?\); "
                                            r"rerun to resume"):
-        runner.run(_tiny(data_dir, 2), str(tmp_path), progress=False)
+        runner.run(tiny_at(2), str(tmp_path), progress=False)
     assert multiprocessing.active_children() == []
 
 
-def test_a_worker_ended_by_sigterm_outside_training_is_a_stop(data_dir, tmp_path, capsys):
+def test_a_worker_ended_by_sigterm_outside_training_is_a_stop(tiny_at, tmp_path, capsys):
     """SIGTERM to the process group reaches a worker that is evaluating or starting, which
     has no handler and exits -15: exit 0 and "rerun", not "died (out of memory?)"."""
     def term_all():
@@ -127,17 +122,17 @@ def test_a_worker_ended_by_sigterm_outside_training_is_a_stop(data_dir, tmp_path
 
     _when(lambda: multiprocessing.active_children(), term_all)
     with pytest.raises(SystemExit) as stop:
-        runner.run(_tiny(data_dir, 2), str(tmp_path), progress=False)
+        runner.run(tiny_at(2), str(tmp_path), progress=False)
     assert stop.value.code == 0 and "rerun the same command to resume" in capsys.readouterr().out
     assert multiprocessing.active_children() == []
 
 
-def test_a_second_study_on_the_same_workdir_is_refused(data_dir, tmp_path):
+def test_a_second_study_on_the_same_workdir_is_refused(tiny_at, tmp_path):
     """Before: it ran the first one's evaluations beside it, then failed on a model's lock
     with a worker's traceback."""
     busy = pytest.raises(WorkdirBusyError, match="is in use by another run: pid")
     with WorkdirLock(str(tmp_path)), busy:   # the lock: as if a first study held it
-        runner.run(_tiny(data_dir, 2), str(tmp_path), progress=False)
+        runner.run(tiny_at(2), str(tmp_path), progress=False)
     assert sorted(p.name for p in tmp_path.iterdir()) == [".lock"]
 
 
@@ -208,16 +203,16 @@ def test_workers_auto_is_one_per_core_on_a_cpu_only(value, backend, cores, want)
 @pytest.mark.parametrize("value, error, message", [
     (-1, ValueError, r"config.workers must be >= 0, got config.workers=-1"),
     (None, TypeError, r"config.workers must be an int, got config.workers=None")])
-def test_bad_workers_are_refused_before_any_job(data_dir, tmp_path, value, error, message):
+def test_bad_workers_are_refused_before_any_job(tiny_at, tmp_path, value, error, message):
     with pytest.raises(error, match=message):
-        runner.run(_tiny(data_dir, value), str(tmp_path), progress=False)
+        runner.run(tiny_at(value), str(tmp_path), progress=False)
     assert not any(tmp_path.iterdir())
 
 
-def test_the_estimate_counts_the_workers(data_dir, tmp_path):
+def test_the_estimate_counts_the_workers(tiny_at, tmp_path):
     from train.study import report
 
-    plan = study_plan.make_plan(_tiny(data_dir, 2), str(tmp_path))
+    plan = study_plan.make_plan(tiny_at(2), str(tmp_path))
     assert parallel.speedup(1) == 1.0 and parallel.speedup(2) == pytest.approx(1.48)
     one = report.summary(plan, plan.jobs)
     two = report.summary(plan, plan.jobs, workers=2, speedup=parallel.speedup(2))
@@ -244,8 +239,8 @@ def test_core_shares_are_disjoint_and_cover_the_cores():
     assert parallel.core_shares([0], 2) == [[], []]   # more workers than cores: not pinned
 
 
-def test_a_finetune_waits_for_its_base_and_the_costliest_goes_first(data_dir, tmp_path):
-    plan = study_plan.make_plan(_tiny(data_dir, 2), str(tmp_path))
+def test_a_finetune_waits_for_its_base_and_the_costliest_goes_first(tiny_at, tmp_path):
+    plan = study_plan.make_plan(tiny_at(2), str(tmp_path))
     bases, cost = parallel.schedule(plan, plan.jobs)
     tuned = {j.model: j.base for j in plan.jobs if isinstance(j, FinetuneJob)}
     assert bases == tuned and tuned          # rope.ft-yarn <- rope, ...
