@@ -101,3 +101,17 @@ def get_config():
     train.model.update(num_layers=2, embed_dim=64, num_heads=4, mlp_dim=192)
     config.train = train
     return config
+
+
+def shrink_train_for_tests(train, *, seq_len: int) -> None:
+    """A study's `train` block at the size a CPU test trains in seconds: 3 steps of 8 x
+    `seq_len` on 40 corpus files, one layer of width 16 (study_tiny, study_ex5:smoke)."""
+    train.seq_len = seq_len
+    train.batch_size = 8
+    train.num_train_steps = 3
+    train.warmup_steps = 1
+    train.log_every_steps = 1
+    train.checkpoint_every_steps = 3
+    train.async_checkpointing = False
+    train.dataset.kwargs.max_files = 40
+    train.model.update(num_layers=1, embed_dim=16, num_heads=2, mlp_dim=32)

@@ -65,14 +65,5 @@ def shrink_for_cpu(config) -> None:
     config.max_eval_memory_gb = 2.0
     config.estimate_gflops = 10.0
     config.estimate_compile_s = 1.0
-    train = config.train
-    train.seq_len = 32
-    train.batch_size = 8
-    train.num_train_steps = 3
-    train.warmup_steps = 1
-    train.log_every_steps = 1
-    train.checkpoint_every_steps = 3
-    train.async_checkpointing = False
-    train.dataset.kwargs.max_files = 40
-    train.model.update(num_layers=1, embed_dim=16, num_heads=2, mlp_dim=32, dtype="float32",
-                       block_size=32)
+    study.shrink_train_for_tests(config.train, seq_len=32)
+    config.train.model.update(dtype="float32", block_size=32)

@@ -18,14 +18,5 @@ def get_config():
     config.eval_num_tokens = 288
     config.eval_batch_tokens = 192
     config.estimate_compile_s = 1.0
-    train = config.train
-    train.seq_len = 24
-    train.batch_size = 8
-    train.num_train_steps = 3
-    train.warmup_steps = 1
-    train.log_every_steps = 1
-    train.checkpoint_every_steps = 3
-    train.async_checkpointing = False
-    train.dataset.kwargs.max_files = 40
-    train.model.update(num_layers=1, embed_dim=16, num_heads=2, mlp_dim=32)
+    study.shrink_train_for_tests(config.train, seq_len=24)
     return config
