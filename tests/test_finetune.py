@@ -86,3 +86,17 @@ def test_missing_step_and_short_run_are_errors(pretrained, tmp_path):
         finetune.start_from(pre_dir, str(tmp_path / "a"), ft, step=2)
     with pytest.raises(ValueError, match="num_train_steps=3 must exceed the pretrained step 3"):
         finetune.finetune(pre_dir, str(tmp_path / "b"), config, step=3)
+
+
+def test_start_from_takes_the_workdir_lock_and_writes_nothing_without_it(pretrained, tmp_path):
+    from train.workdir_lock import WorkdirBusyError, WorkdirLock
+
+    config, pre_dir = pretrained
+    ft = finetune.finetune_config(config, seq_len=32, steps=2, encoding_kwargs={})
+    workdir = tmp_path / "ft"
+    with WorkdirLock(str(workdir)), pytest.raises(WorkdirBusyError, match="in use by another"):
+        finetune.start_from(pre_dir, str(workdir), ft, step=3)
+    assert sorted(p.name for p in workdir.iterdir()) == [".lock"]   # no checkpoint written
+    finetune.start_from(pre_dir, str(workdir), ft, step=3)          # free again: it copies
+    assert (workdir / checkpoint.CHECKPOINT_DIR).is_dir()
+

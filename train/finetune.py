@@ -32,6 +32,7 @@ from posenc_jax import checks
 from train import checkpoint as ckpt_lib
 from train import sharding, trainer
 from train import state as state_lib
+from train.workdir_lock import WorkdirLock
 
 
 def finetune_config(config, *, seq_len: int, steps: int,
@@ -55,7 +56,13 @@ def finetune_config(config, *, seq_len: int, steps: int,
 def start_from(pretrain_dir: str, workdir: str, config, *, step: int) -> None:
     """Makes the pretrained state at `step` (in `pretrain_dir`) the first checkpoint of
     `workdir`, restored through `config`'s model (so its param shapes must be the pretrained
-    ones); does nothing when `workdir` has a checkpoint already."""
+    ones); does nothing when `workdir` has a checkpoint already. Holds `workdir`'s lock
+    (`WorkdirBusyError` while another run uses it) and writes nothing without it."""
+    with WorkdirLock(workdir):
+        _copy_first_checkpoint(pretrain_dir, workdir, config, step=step)
+
+
+def _copy_first_checkpoint(pretrain_dir: str, workdir: str, config, *, step: int) -> None:
     target = ckpt_lib.Checkpointer(os.path.join(workdir, ckpt_lib.CHECKPOINT_DIR),
                                    async_save=False)
     try:
