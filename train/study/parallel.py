@@ -17,13 +17,12 @@ sent. Results go to the workdir as in one process (each model owns its directory
 files), so the parent only schedules and counts; `runner` reads the rows back at the end.
 
 Faults: SIGTERM to the parent is passed to every worker, whose training saves a checkpoint
-(as in one process); the parent then exits 0 and a rerun resumes. A parent killed outright
-(SIGKILL) leaves no orphan: each worker sends itself SIGTERM when its parent dies. A worker
-ended by SIGTERM outside a training (SIGTERM to the whole process group while it evaluates)
-is a stop too, not a fault. Ctrl-C does the same and
-raises KeyboardInterrupt. A worker's exception, or a worker that dies (out of memory),
-stops the others the same way and is raised here as RuntimeError naming the model, with the
-worker's traceback.
+(as in one process); the parent then exits 0 and a rerun resumes. Ctrl-C does the same, then
+raises KeyboardInterrupt. A worker ended by SIGTERM outside a training (SIGTERM to the whole
+process group while it evaluates) is a stop too, not a fault. A parent killed outright
+(SIGKILL) leaves no orphan: each worker sends itself SIGTERM when its parent dies. A worker's
+exception, or a worker that dies (out of memory), stops the others the same way and is raised
+here as RuntimeError naming the model, with the worker's traceback.
 """
 
 from __future__ import annotations
