@@ -59,13 +59,13 @@ def requested_workers(config) -> int:
                                     cores=len(parallel.cpu_cores()))
 
 
-def _run_here(ctx, todo, results, on_job) -> None:
+def _run_here(ctx, todo, results, on_job, on_model) -> None:
     """The jobs one after the other in this process."""
     for i, job in enumerate(todo, 1):
         results[job] = execute.RUNNERS[job.kind](ctx, job)
         on_job(job, report.describe(job, results[job]))
-        if i == len(todo) or todo[i].model != job.model:  # a model finished: save rows
-            report.write_results(ctx.workdir, *_rows(results))
+        if i == len(todo) or todo[i].model != job.model:
+            on_model(job.model)
 
 
 def run(config, workdir: str, *, progress: bool = True, runtime: Runtime | None = None
@@ -87,11 +87,12 @@ def _run(plan, requested: int, *, progress: bool, runtime: Runtime | None,
     results = _stored(ctx, plan.jobs)
     todo = [job for job in plan.jobs if job not in results]
     workers = max(1, min(requested, len(parallel.models_to_do(plan, todo))))  # 1 per model
-    print(report.summary(plan, todo, workers=workers, speedup=parallel.speedup(workers)),
-          flush=True)
+    speedup = parallel.speedup(workers)
+    print(report.summary(plan, todo, workers=workers, speedup=speedup), flush=True)
     estimate = sum(plan.estimate(job) for job in todo)
     this = {"started": time.strftime("%Y-%m-%d %H:%M:%S"), "work_items": len(todo),
-            "estimate_s": estimate / parallel.speedup(workers), "load_at_start": list(os.getloadavg()), "workers": workers}
+            "estimate_s": estimate / speedup, "load_at_start": list(os.getloadavg()),
+            "workers": workers}
     bar, done = _bar(estimate, progress), []
 
     def on_job(job: Job, text: str) -> None:
@@ -99,13 +100,13 @@ def _run(plan, requested: int, *, progress: bool, runtime: Runtime | None,
         bar.set_postfix_str(f"{len(done)}/{len(todo)} items, last: {text}", refresh=False)
         advance(bar, plan.estimate(job))
 
-    def on_model(_: str) -> None:  # save the rows so far (evaluations only: cheap to read)
+    def on_model(_: str) -> None:  # a model finished: save the rows so far (from the files)
         scored = [j for j in plan.jobs if j.kind in (EvalJob.kind, PasskeyJob.kind)]
         report.write_results(ctx.workdir, *_rows(_stored(ctx, scored)))
 
     try:
         if workers == 1:
-            _run_here(ctx, todo, results, on_job)
+            _run_here(ctx, todo, results, on_job, on_model)
         else:
             parallel.run_models(plan, todo, workers=workers, on_job=on_job, on_model=on_model)
             results = _stored(ctx, plan.jobs)
