@@ -77,7 +77,8 @@ def test_tiny_study_writes_every_output_well_formed(finished):
                                        0 <= float(r["accuracy"]) <= 1)
     report = pathlib.Path(workdir, "report.md").read_text()
     assert "| model | 24 (= L) | 48 |" in report
-    for line in ("| `rope` |", "| `rope+yarn` | — |", "| `learned` |", "| `rope+yarn ft@48` |", "## Supported length", "## Passkey retrieval",
+    for line in ("| `rope` |", "| `rope+yarn` | — |", "| `learned` |", "| `rope+yarn ft@48` |",
+                 "## Supported length", "## Passkey retrieval",
                  "| `rope+yarn` | 8-16x, fine-tuning recommended |", "(ft@48, 2 steps)"):
         assert line in report
     assert "n/a" in report and "## Machine" in report and "jax " in report

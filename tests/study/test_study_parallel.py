@@ -194,8 +194,8 @@ def test_workers_exit_when_their_parent_is_killed(data_dir, tmp_path):
 
 
 @pytest.mark.parametrize("value, backend, cores, want", [
-    (0, "cpu", 2, 2), (0, "cpu", 8, 8), (0, "cpu", 64, 8), (0, "gpu", 16, 1), (0, "tpu", 8, 1), (3, "gpu", 1, 3),
-    (1, "cpu", 2, 1)])
+    (0, "cpu", 2, 2), (0, "cpu", 8, 8), (0, "cpu", 64, 8), (0, "gpu", 16, 1), (0, "tpu", 8, 1),
+    (3, "gpu", 1, 3), (1, "cpu", 2, 1)])
 def test_workers_auto_is_one_per_core_on_a_cpu_only(value, backend, cores, want):
     assert parallel.resolve_workers(value, backend=backend, cores=cores) == want
 

@@ -5,8 +5,8 @@
 `make_plan` checks the config and `execute.prepare` the workdir, memory and data before any
 job; <workdir>/.lock (`train.workdir_lock`) keeps a second study out of the workdir while
 this one runs. Jobs whose stored result has their fingerprint are skipped (`execute.DONE`);
-the rest run in plan order in this process, or, with `config.workers` > 1 (0: one per core on a CPU),
-model by model in worker processes (`parallel`). One progress bar either way; results.csv
+the rest run in plan order in this process, or, with `config.workers` > 1 (0: one per core
+on a CPU), model by model in worker processes (`parallel`). One progress bar either way; results.csv
 is rewritten as each model finishes, and at the end `report.write_all` writes results.csv,
 passkey.csv, report.md and the figures.
 """
