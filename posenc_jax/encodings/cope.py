@@ -33,7 +33,7 @@ from typing import ClassVar
 import jax
 import jax.numpy as jnp
 
-from posenc_jax.checks import integer
+from posenc_jax.checks import integer, integer_array
 from posenc_jax.encodings.base import Encoding, check_model_dim, register
 
 __all__ = ["bias", "positions"]
@@ -97,6 +97,7 @@ class CoPE(Encoding):
         if q is None or logits is None:
             raise ValueError("cope: the bias reads the query and whole rows of attention logits;"
                              " call bias(..., q=q_scaled, logits=s) (dense attention does)")
+        integer_array("q_positions", q_positions), integer_array("k_positions", k_positions)
         q_unscaled = jnp.asarray(q, jnp.float32) * jnp.float32(math.sqrt(self.head_dim))
         return bias(params["pos_emb"], q_unscaled, logits)
 
