@@ -33,7 +33,7 @@ from typing import ClassVar
 import jax
 import jax.numpy as jnp
 
-from posenc_jax.checks import integer
+from posenc_jax.checks import integer, integer_array
 from posenc_jax.encodings.base import Encoding, register
 from posenc_jax.encodings.capabilities import ParamAxes, RowBias
 
@@ -98,5 +98,6 @@ class CoPE(Encoding, RowBias, ParamAxes):
                          "call row_bias(..., q=q_scaled, logits=s) (dense attention does)")
 
     def row_bias(self, params, q_positions, k_positions, *, q, logits):
+        integer_array("q_positions", q_positions), integer_array("k_positions", k_positions)
         q_unscaled = jnp.asarray(q, jnp.float32) * jnp.float32(math.sqrt(self.head_dim))
         return bias(params["pos_emb"], q_unscaled, logits)

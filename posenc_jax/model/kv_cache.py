@@ -45,7 +45,7 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from posenc_jax.checks import positive_int
+from posenc_jax.checks import float_dtype, positive_int
 from posenc_jax.encodings.base import Encoding
 from posenc_jax.encodings.capabilities import LengthDependent
 from posenc_jax.model import rotation
@@ -103,7 +103,7 @@ def init_cache(model_or_config, batch_size: int, max_len: int, dtype=None) -> KV
     cfg = getattr(model_or_config, "config", model_or_config)
     positive_int("batch_size", batch_size)
     positive_int("max_len", max_len)
-    dtype = jnp.dtype(cfg.dtype if dtype is None else dtype)
+    dtype = float_dtype("dtype", cfg.dtype if dtype is None else dtype)  # never int8/bool
     shape = (batch_size, max_len, cfg.num_kv_heads, cfg.head_dim)
     buffers = tuple(jnp.zeros(shape, dtype) for _ in range(cfg.num_layers))
     slots = jnp.zeros((batch_size, max_len), jnp.int32)
@@ -136,6 +136,7 @@ def step(model, tokens: Array, positions: Array | None, segment_ids: Array | Non
     if cache.tokens.shape[0] != b or len(cache.k) != cfg.num_layers:
         raise ValueError(f"cache is for batch {cache.tokens.shape[0]} and {len(cache.k)} layers"
                          f"; got tokens of batch {b} for a {cfg.num_layers}-layer model")
+    check_fits(cache, cfg, t)
     s, index = cache.max_len, cache.index
     if not isinstance(index, jax.core.Tracer) and int(index) + t > s:
         raise ValueError(f"cache overflow: {int(index)} slots used + {t} new tokens > "
@@ -179,3 +180,16 @@ def step(model, tokens: Array, positions: Array | None, segment_ids: Array | Non
 
     switch = jnp.logical_and(jnp.any(cache.valid), jnp.any(regimes != cache.regime))
     return jax.lax.cond(switch, rebuild, incremental, None)
+
+
+def check_fits(cache: KVCache, cfg, new_tokens: int) -> None:
+    """ValueError, also under jit (shapes are static), for a cache built for another config
+    (k/v of other kv heads or head dim) or `new_tokens` more than all its slots."""
+    held = tuple(cache.k[0].shape[2:]) if cache.k else ()
+    if cache.k and held != (cfg.num_kv_heads, cfg.head_dim):
+        raise ValueError(f"cache holds k/v of {held[0]} kv heads x head dim {held[1]}, but the "
+                         f"model has num_kv_heads={cfg.num_kv_heads} x head_dim={cfg.head_dim}: "
+                         "a cache from another config; make it with init_cache(model, ...)")
+    if new_tokens > cache.max_len:
+        raise ValueError(f"{new_tokens} new tokens do not fit a cache of max_len="
+                         f"{cache.max_len} slots (cache overflow)")
