@@ -29,6 +29,7 @@ from posenc_jax._frozen import _FrozenDict, freeze, thaw
 from posenc_jax.checks import boolean, finite_float, positive_int
 from posenc_jax.encodings.base import Encoding, for_model
 from posenc_jax.model.attention import check_implementation
+from posenc_jax.model.context_parallel import check_mode as check_context_mode
 from posenc_jax.model.kernels import check_supported
 from posenc_jax.model.scan import check_scannable
 from posenc_jax.model.scores import check_capabilities
@@ -85,6 +86,9 @@ class TransformerConfig:
       scan_layers: run the blocks as one `jax.lax.scan` (compile time independent of depth;
         same params and checkpoints as the loop); needs one encoding for every layer. See
         `posenc_jax.model.scan`.
+      context_mode: "ring" or "all_gather": how attention gathers keys when the mesh and
+        logical rules split the sequence ("length" -> a mesh axis of size > 1); see
+        `posenc_jax.model.context_parallel`. Unused otherwise.
     """
 
     vocab_size: int
@@ -107,6 +111,7 @@ class TransformerConfig:
     norm_eps: float = 1e-6
     dense_backend: str | None = None
     scan_layers: bool = False
+    context_mode: str = "ring"
 
     def __post_init__(self):
         def set_(key, value):
@@ -154,6 +159,7 @@ class TransformerConfig:
             raise ValueError(f"the encodings take positions with different axes {axes}; a "
                              "model takes one positions shape")
         boolean("scan_layers", self.scan_layers)
+        check_context_mode(self.context_mode)
         if self.scan_layers:
             check_scannable(self.layer_encodings)
         for i, entry in enumerate(self.layer_encodings or ()):

@@ -44,10 +44,12 @@ heads, K kv heads (K | H, query head h reads kv head h // (H // K)), D head dim.
 from __future__ import annotations
 
 import functools
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+from flax import linen as nn
+from flax.core import spmd as flax_spmd
 from jax.sharding import PartitionSpec as P
 
 from posenc_jax.checks import one_of, positive_int
@@ -55,10 +57,45 @@ from posenc_jax.encodings.base import Encoding
 from posenc_jax.model.blockwise import attend_blockwise_lse
 from posenc_jax.model.scores import check_capabilities
 
-__all__ = ["MODES", "all_gather_attention", "context_attention", "ring_attention"]
+__all__ = ["MODES", "ContextAxis", "all_gather_attention", "check_mode", "context_attention",
+           "current_context_axis", "ring_attention"]
 
 MODES = ("ring", "all_gather")
 Array = jax.Array
+
+
+class ContextAxis(NamedTuple):
+    """Where the sequence is split: the mesh, its context axis, the axes B is split over."""
+
+    mesh: Any
+    axis: str
+    batch_axes: tuple[str, ...]
+
+
+def check_mode(mode: str) -> str:
+    """ValueError unless `mode` is one of MODES."""
+    return one_of("context_mode", mode, MODES)
+
+
+def current_context_axis() -> ContextAxis | None:
+    """The context axis of the current mesh (`jax.set_mesh`) and logical axis rules
+    (`nnx.logical_axis_rules`): the mesh axis that the logical axis "length" maps to, when
+    its size is > 1; None otherwise (no mesh, no rules, "length" unmapped or of size 1).
+    Read at trace time by the model's attention layer."""
+    mesh = jax.sharding.get_abstract_mesh()
+    rules = flax_spmd.get_logical_axis_rules()
+    if mesh.empty or not rules:
+        return None
+    batch, length = nn.logical_to_mesh_axes(("batch", "length"), rules)
+    if length is None:
+        return None
+    if not isinstance(length, str):
+        raise ValueError(f"the logical axis 'length' maps to mesh axes {length}; context "
+                         "parallelism splits it over one mesh axis")
+    if int(mesh.shape[length]) == 1:
+        return None
+    batch = () if batch is None else (batch,) if isinstance(batch, str) else tuple(batch)
+    return ContextAxis(mesh, length, batch)
 
 
 def _merge(out, lse, out_s, lse_s):
@@ -192,7 +229,7 @@ def context_attention(q: Array, k: Array, v: Array, *, encoding: Encoding, param
     Raises ValueError for an unknown mode, an encoding blockwise attention cannot serve, or a
     length / batch not divisible by its axes.
     """
-    one_of("mode", mode, MODES)
+    check_mode(mode)
     check_capabilities(encoding, implementation="blockwise", causal=causal)
     size = int(mesh.shape[context_axis])
     batch_axes = tuple(batch_axes)
