@@ -64,7 +64,7 @@ def parallel(encoding, mesh, mode, pos, seg, window=None):
 
     def fn(q, k, v, params):
         q, k = encoding.rotate(params, q, k, pos, pos)
-        r = lambda x: lb.reorder(x, N)  # noqa: E731
+        r = lambda x: lb.reorder(x, N)
         out = cp.context_attention(
             r(q), r(k), r(v), encoding=encoding, params=params, q_positions=r(pos),
             k_positions=r(pos), q_segment_ids=r(seg), k_segment_ids=r(seg), window=window,
@@ -162,8 +162,8 @@ def test_errors_name_the_values(mesh):
 def _per_device_text(text: str) -> str:
     """What runs per device in a lowered module: the bodies of @main's manual computations and
     every private function they call (transitively); @main's own ops are global-shaped."""
-    funcs = dict(re.findall(r"func\.func (?:public|private) @(\w+)(.*?)\n  }\n", text, re.S))
-    parts = re.findall(r"manual_axes=\{[^}]*\}(.*?)sdy\.return", funcs["main"], re.S)
+    funcs = dict(re.findall(r"func\.func (?:public|private) @(\w+)(.*?)\n  }\n", text, re.DOTALL))
+    parts = re.findall(r"manual_axes=\{[^}]*\}(.*?)sdy\.return", funcs["main"], re.DOTALL)
     seen: set[str] = set()
     todo = [name for part in parts for name in re.findall(r"call @(\w+)", part)]
     while todo:
@@ -182,7 +182,7 @@ def test_ring_lowering_has_collective_and_no_full_length_kv(mesh, platform):
     texts = {}
     for mode in ("ring", "all_gather"):
         fn = parallel(enc, mesh, mode, pos, seg)
-        loss = lambda *a: jnp.sum(fn(*a) * cot)  # noqa: E731, B023
+        loss = lambda *a: jnp.sum(fn(*a) * cot)  # noqa: B023
         with jax.set_mesh(mesh):
             texts[mode] = jax.jit(jax.grad(loss, argnums=(0, 1, 2, 3))).trace(
                 q, k, v, params).lower(lowering_platforms=(platform,)).as_text()

@@ -89,9 +89,11 @@ def current_context_axis() -> ContextAxis | None:
     batch, length = nn.logical_to_mesh_axes(("batch", "length"), rules)
     if length is None:
         return None
-    if not isinstance(length, str):
-        raise ValueError(f"the logical axis 'length' maps to mesh axes {length}; context "
+    axes = (length,) if isinstance(length, str) else tuple(length)
+    if len(axes) != 1:
+        raise ValueError(f"the logical axis 'length' maps to mesh axes {axes}; context "
                          "parallelism splits it over one mesh axis")
+    length = axes[0]
     if int(mesh.shape[length]) == 1:
         return None
     batch = () if batch is None else (batch,) if isinstance(batch, str) else tuple(batch)
@@ -157,7 +159,7 @@ def _make_ring(step, axis_name: str, size: int):
 
         init = (jnp.zeros(q.shape, jnp.float32), f32(params), kv, f32(kv), kv_meta)
         (dq, d_params, _, d_kv, _), _ = jax.lax.scan(body, init, None, length=size)
-        cast = lambda g, x: g.astype(x.dtype)  # noqa: E731
+        cast = lambda g, x: g.astype(x.dtype)
         return (cast(dq, q), jax.tree.map(cast, d_kv, kv), jax.tree.map(cast, d_params, params),
                 None, None)
 
