@@ -54,8 +54,8 @@ from jax.sharding import PartitionSpec as P
 
 from posenc_jax.checks import one_of, positive_int
 from posenc_jax.encodings.base import Encoding
+from posenc_jax.model import backends
 from posenc_jax.model.blockwise import attend_blockwise_lse
-from posenc_jax.model.scores import check_capabilities
 
 __all__ = ["MODES", "ContextAxis", "all_gather_attention", "check_mode", "context_attention",
            "current_context_axis", "ring_attention"]
@@ -232,7 +232,7 @@ def context_attention(q: Array, k: Array, v: Array, *, encoding: Encoding, param
     length / batch not divisible by its axes.
     """
     check_mode(mode)
-    check_capabilities(encoding, implementation="blockwise", causal=causal)
+    backends.check(backends.BLOCKWISE, encoding, causal=causal)  # each step is blockwise
     size = int(mesh.shape[context_axis])
     batch_axes = tuple(batch_axes)
     rows = 1
