@@ -38,7 +38,7 @@ from posenc_jax.encodings.base import Encoding
 from posenc_jax.encodings.capabilities import BlockTransform, ValueTerm
 from posenc_jax.model.scores import build_mask, encoding_bias
 
-__all__ = ["attend_blockwise"]
+__all__ = ["attend_blockwise", "attend_blockwise_lse"]
 
 Array = jax.Array
 _NEG = -1e30  # a finite "minus infinity": exp(_NEG - m) underflows to 0, never NaN
@@ -64,7 +64,8 @@ def _blocks(x: Array | None, axis: int, block: int) -> Array | None:
 def attend_blockwise(q: Array, k: Array, v: Array, *, encoding: Encoding, params: Any,
                      q_positions: Array, k_positions: Array, causal: bool,
                      q_segment_ids: Array | None, k_segment_ids: Array | None,
-                     k_mask: Array | None, block_q: int, block_k: int) -> Array:
+                     k_mask: Array | None, block_q: int, block_k: int,
+                     window: int | None = None) -> Array:
     """Online-softmax attention; same contract as `posenc_jax.model.attention.attend`.
 
     Args:
@@ -72,15 +73,38 @@ def attend_blockwise(q: Array, k: Array, v: Array, *, encoding: Encoding, params
       q_positions, q_segment_ids: [B|1, Lq]; k_positions, k_segment_ids, k_mask: [B|1, Lk]
         (already validated and made 2-D by `attend`; segment ids and k_mask may be None).
       block_q, block_k: block sizes (>= 1), clipped to Lq and Lk.
+      window: None, or a key is visible only when `q_position - k_position < window`.
 
     Returns:
       [B, Lq, H, D] in q.dtype.
+    """
+    out, _ = attend_blockwise_lse(
+        q, k, v, encoding=encoding, params=params, q_positions=q_positions,
+        k_positions=k_positions, causal=causal, q_segment_ids=q_segment_ids,
+        k_segment_ids=k_segment_ids, k_mask=k_mask, block_q=block_q, block_k=block_k,
+        window=window)
+    return out.astype(q.dtype)
+
+
+def attend_blockwise_lse(q: Array, k: Array, v: Array, *, encoding: Encoding, params: Any,
+                         q_positions: Array, k_positions: Array, causal: bool,
+                         q_segment_ids: Array | None, k_segment_ids: Array | None,
+                         k_mask: Array | None, block_q: int, block_k: int,
+                         window: int | None = None) -> tuple[Array, Array]:
+    """`attend_blockwise` that also returns each row's log-sum-exp, for merging partial results.
+
+    Returns (out float32 [B, Lq, H, D], lse float32 [B, Lq, H]) with
+    lse = log sum_j exp(s_j) over the row's visible keys, and -1e30 for a row that sees no
+    key (its out is 0). Two results over disjoint key sets merge exactly by the online-softmax
+    rule: lse = logaddexp(lse1, lse2), out = exp(lse1 - lse) out1 + exp(lse2 - lse) out2
+    (`posenc_jax.model.context_parallel` does this across devices).
     """
     block_q, block_k = positive_int("block_q", block_q), positive_int("block_k", block_k)
     b, lq, h, d = q.shape
     lk, kh = k.shape[1], k.shape[2]
     if lq == 0 or lk == 0:  # as the dense path: no query rows, or rows that see no key
-        return jnp.zeros(q.shape, q.dtype)
+        return (jnp.zeros(q.shape, jnp.float32),
+                jnp.full(q.shape[:3], _NEG, jnp.float32))
     g = h // kh
     bq, bk = min(block_q, lq), min(block_k, lk)
     nq, nk = -(-lq // bq), -(-lk // bk)
@@ -92,7 +116,8 @@ def attend_blockwise(q: Array, k: Array, v: Array, *, encoding: Encoding, params
         valid = jnp.arange(nk * bk)[None, :] < lk
         if k_mask is not None:
             valid = jnp.logical_and(valid, _pad(k_mask.astype(bool), 1, nk * bk, False))
-    has_mask = causal or q_segment_ids is not None or valid is not None
+    has_mask = (causal or q_segment_ids is not None or valid is not None
+                or window is not None)
 
     q_blk = _blocks(_pad(q, 1, nq * bq), 1, bq)                              # [nq, B, bq, H, D]
     qp_blk = _blocks(_pad(q_positions, 1, nq * bq), 1, bq)                   # [nq, P, bq]
@@ -106,7 +131,7 @@ def attend_blockwise(q: Array, k: Array, v: Array, *, encoding: Encoding, params
     def key_step(carry, xs, qb, qpb, qsb):
         kb, vb, kpb, ksb, vmb = xs
         mask = build_mask(qpb, kpb, causal=causal, q_segment_ids=qsb, k_segment_ids=ksb,
-                          k_mask=vmb) if has_mask else None               # [B|1, 1, bq, bk]
+                          k_mask=vmb, window=window) if has_mask else None  # [B|1,1,bq,bk]
 
         def update(carry):
             m, l, acc = carry                   # [B, K, G, bq], same, [B, K, G, bq, D] f32
@@ -145,12 +170,16 @@ def attend_blockwise(q: Array, k: Array, v: Array, *, encoding: Encoding, params
                 jnp.zeros((b, kh, g, bq), jnp.float32),
                 jnp.zeros((b, kh, g, bq, d), jnp.float32))
         step = jax.checkpoint(lambda c, x: key_step(c, x, qb, qpb, qsb), prevent_cse=False)
-        (_, l, acc), _ = jax.lax.scan(step, init, (k_blk, v_blk, kp_blk, ks_blk, valid_blk))
+        (m, l, acc), _ = jax.lax.scan(step, init, (k_blk, v_blk, kp_blk, ks_blk, valid_blk))
         seen = l > 0
-        out = jnp.where(seen[..., None], acc / jnp.where(seen, l, 1.0)[..., None], 0.0)
+        safe_l = jnp.where(seen, l, 1.0)
+        out = jnp.where(seen[..., None], acc / safe_l[..., None], 0.0)
+        lse = jnp.where(seen, m + jnp.log(safe_l), jnp.float32(_NEG)).reshape(b, h, bq)
         out = out.reshape(b, h, bq, d)                                   # head h = k * G + g
-        return jnp.transpose(out, (0, 2, 1, 3)).astype(q.dtype)           # [B, bq, H, D]
+        return jnp.transpose(out, (0, 2, 1, 3)), jnp.transpose(lse, (0, 2, 1))
 
-    out = jax.lax.map(jax.checkpoint(query_block, prevent_cse=False), (q_blk, qp_blk, qs_blk))
+    out, lse = jax.lax.map(jax.checkpoint(query_block, prevent_cse=False),
+                           (q_blk, qp_blk, qs_blk))      # [nq, B, bq, H, D], [nq, B, bq, H]
     out = jnp.moveaxis(out, 0, 1).reshape(b, nq * bq, h, d)
-    return out[:, :lq]
+    lse = jnp.moveaxis(lse, 0, 1).reshape(b, nq * bq, h)
+    return out[:, :lq], lse[:, :lq]

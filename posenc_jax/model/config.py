@@ -31,6 +31,7 @@ from posenc_jax.checks import boolean, finite_float, positive_int
 from posenc_jax.encodings import capabilities
 from posenc_jax.encodings.base import Encoding, for_model
 from posenc_jax.model import backends
+from posenc_jax.model.context_parallel import check_mode as check_context_mode
 from posenc_jax.model.scan import check_scannable
 
 __all__ = ["TransformerConfig", "freeze", "thaw"]
@@ -87,6 +88,9 @@ class TransformerConfig:
       scan_layers: run the blocks as one `jax.lax.scan` (compile time independent of depth;
         same params and checkpoints as the loop); needs one encoding for every layer. See
         `posenc_jax.model.scan`.
+      context_mode: "ring" or "all_gather": how attention gathers keys when the mesh and
+        logical rules split the sequence ("length" -> a mesh axis of size > 1); see
+        `posenc_jax.model.context_parallel`. Unused otherwise.
     """
 
     vocab_size: int
@@ -109,6 +113,7 @@ class TransformerConfig:
     norm_eps: float = 1e-6
     dense_backend: str | None = None
     scan_layers: bool = False
+    context_mode: str = "ring"
 
     def __post_init__(self):
         def set_(key, value):
@@ -158,6 +163,7 @@ class TransformerConfig:
             raise ValueError(f"the encodings take positions with different axes {axes}; a "
                              "model takes one positions shape")
         boolean("scan_layers", self.scan_layers)
+        check_context_mode(self.context_mode)
         if self.scan_layers:
             check_scannable(self.layer_encodings)
         for i, entry in enumerate(self.layer_encodings or ()):
