@@ -149,8 +149,9 @@ class TransformerConfig:
         if self.attention == "pallas":
             for enc in encs.values():
                 check_supported(enc)
-        axes = sorted({enc.position_axes for enc in encs.values()} - {1})
-        if len(axes) > 1:
+        axes = sorted({enc.position_axes for enc in encs.values()  # those that read positions
+                       if enc.has_rotate or enc.has_bias or enc.has_embed})
+        if len(axes) > 1:  # e.g. ["mrope", "rope"]: rope would get mrope's [3, B, L]
             raise ValueError(f"the encodings take positions with different axes {axes}; a "
                              "model takes one positions shape")
         boolean("scan_layers", self.scan_layers)
