@@ -20,13 +20,15 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import ClassVar
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from posenc_jax.checks import integer, pair, position_array
-from posenc_jax.encodings.base import Encoding, bias_from_elementwise, check_model_dim, register
+from posenc_jax.encodings.base import Encoding, register
+from posenc_jax.encodings.capabilities import ElementwiseBias, bias_from_elementwise
 from posenc_jax.encodings.lookup import take_head
 
 __all__ = ["bias", "check_num_heads", "slopes"]
@@ -101,8 +103,10 @@ def distance(q: jax.Array, k: jax.Array) -> jax.Array:
 
 @register("alibi")
 @dataclasses.dataclass(frozen=True)
-class ALiBi(Encoding):
+class ALiBi(Encoding, ElementwiseBias):
     """Attention with linear biases (Press et al. 2022): `-slope_h * |i - j|` on the scores."""
+
+    hooks: ClassVar = frozenset({"bias"})
 
     num_heads: int
 
@@ -119,6 +123,3 @@ class ALiBi(Encoding):
         """-slope_head * |q - k| from the block's positions (slopes as exact constants)."""
         slope = take_head(tuple(_slopes(self.num_heads)), head)
         return 0.0 - slope * distance(jnp.asarray(q_positions), jnp.asarray(k_positions))
-
-    def check_model(self, *, embed_dim, num_heads, head_dim):
-        check_model_dim(self.name, "num_heads", self.num_heads, num_heads)

@@ -11,16 +11,18 @@ from typing import ClassVar
 import jax.numpy as jnp
 
 from posenc_jax.checks import integer, integer_array
-from posenc_jax.encodings.base import Encoding, bias_from_elementwise, check_model_dim, register
+from posenc_jax.encodings.base import Encoding, register
+from posenc_jax.encodings.capabilities import ElementwiseBias, ParamAxes, bias_from_elementwise
 from posenc_jax.encodings.lookup import take_row_head
 from posenc_jax.encodings.relative import saturating_difference, t5_bucket, t5_init
 
 
 @register("t5")
 @dataclasses.dataclass(frozen=True)
-class T5Bias(Encoding):
+class T5Bias(Encoding, ElementwiseBias, ParamAxes):
     """T5's learned bias per head over log-spaced relative-position buckets (Raffel et al.)."""
 
+    hooks: ClassVar = frozenset({"bias"})
     param_axes: ClassVar = {"table": ("table", "heads")}
 
     num_heads: int
@@ -53,6 +55,3 @@ class T5Bias(Encoding):
         bucket = t5_bucket(rel, bidirectional=self.bidirectional,
                            num_buckets=self.num_buckets, max_distance=self.max_distance)
         return take_row_head(params["table"], bucket, head)
-
-    def check_model(self, *, embed_dim, num_heads, head_dim):
-        check_model_dim(self.name, "num_heads", self.num_heads, num_heads)

@@ -79,7 +79,7 @@ def generate(model, prompt: Array, *, max_new_tokens: int, rng: Array | None = N
                          f"and dtype {prompt.dtype}")
     token_ids("prompt", prompt, vocab_size=model.config.vocab_size)
     max_new_tokens = positive_int("max_new_tokens", max_new_tokens)
-    total, limit = prompt.shape[1] + max_new_tokens, model.config.input_encoding.max_positions
+    total, limit = prompt.shape[1] + max_new_tokens, model.config.max_positions
     if limit is not None and total > limit:
         raise ValueError(f"a prompt of {prompt.shape[1]} tokens + max_new_tokens="
                          f"{max_new_tokens} needs {total} positions, but the "

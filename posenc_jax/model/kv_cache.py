@@ -5,9 +5,10 @@
     logits, cache = model(next_tok, jnp.full((B, 1), P), cache=cache)      # decode one token
 
 The cache holds, per layer, keys that are ALREADY ROTATED (and values) in S slots -- or RAW
-keys when the attention rotates in-kernel (`attention.rotates_inside`: RoPE with
-attention="pallas" or "auto"; the kernel then rotates every cached key at its slot's
-position on each call, which is the same computation as the full forward) -- plus for
+keys when the rotation rule defers the rotation to attention (`rotation.rotates_inside`: a
+`KernelRotary` encoding with a backend that rotates inside; the kernel then rotates every
+cached key at its slot's position on each call, the same computation as the full
+forward) -- plus for
 every slot its token, position, segment id and whether it is filled; a write index (the
 next free slot, shared by the batch rows) and the rotation regime of each layer. New tokens
 are written at [index, index + T); attention masks use the slots' explicit positions
@@ -17,7 +18,7 @@ decode is the same computation as the full forward pass. Writing past S gives Na
 
 Length-dependent RoPE scaling (dynamic NTK, LongRoPE) -- the regime policy. The frequencies
 depend on the sequence length, read as max(all positions) + 1 over the cached and the new
-tokens. `Encoding.regime` maps that length to an id that changes exactly when the
+tokens. `LengthDependent.regime` maps that length to an id that changes exactly when the
 frequencies change. Each call computes every layer's regime for the new length:
 
 * same regimes as the cache (or an empty cache): the new q and k are rotated with that
@@ -40,14 +41,14 @@ Shapes: B batch, S cache slots (max_len), T new tokens, K kv heads, D head dim.
 
 from __future__ import annotations
 
-from typing import Any
-
 import jax
 import jax.numpy as jnp
 from flax import struct
 
 from posenc_jax.checks import float_dtype, positive_int
 from posenc_jax.encodings.base import Encoding
+from posenc_jax.encodings.capabilities import LengthDependent
+from posenc_jax.model import rotation
 from posenc_jax.model.scores import split_positions
 
 __all__ = ["KVCache", "Memory", "init_cache", "rotate", "step"]
@@ -112,18 +113,15 @@ def init_cache(model_or_config, batch_size: int, max_len: int, dtype=None) -> KV
                    regime=jnp.zeros((cfg.num_layers,), jnp.int32))
 
 
-def rotate(encoding: Encoding, params: Any, q: Array, k: Array, positions: Array,
-           seq_positions: Array) -> tuple[Array, Array]:
-    """Rotates q [B, T, H, D] and k [B, T, K, D] at `positions` [B|1, T].
+#: The layer's rotation of new tokens before the cache (the rule's, `rotation.rotate_new`).
+rotate = rotation.rotate_new
 
-    A length-dependent encoding reads the length of the whole sequence, not of the new
-    tokens: `max(seq_positions) + 1`, where `seq_positions` [B|1, S] holds the filled slots'
-    positions (int32 min elsewhere).
-    """
-    if seq_positions is positions or not encoding.is_length_dependent:
-        return encoding.rotate(params, q, k, positions, positions)
-    return encoding.rotate(params, q, k, positions, positions,
-                           seq_len=jnp.max(seq_positions) + 1)
+
+def _regime(encoding: Encoding, seq_positions: Array) -> Array:
+    """The rotation regime of keys at `seq_positions` (0 unless `LengthDependent`)."""
+    if isinstance(encoding, LengthDependent):
+        return encoding.regime(seq_positions)
+    return jnp.zeros((), jnp.int32)
 
 
 def _update(buf: Array, new: Array, index: Array) -> Array:
@@ -155,7 +153,7 @@ def step(model, tokens: Array, positions: Array | None, segment_ids: Array | Non
     new_seg = _update(cache.segment_ids, segment_ids, index)
     new_valid = _update(cache.valid, jnp.ones((b, t), bool), index)
     seq_pos = jnp.where(new_valid, new_pos, _INT_MIN)
-    regimes = jnp.stack([cfg.layer_encoding(i).regime(seq_pos) for i in range(cfg.num_layers)])
+    regimes = jnp.stack([_regime(cfg.layer_encoding(i), seq_pos) for i in range(cfg.num_layers)])
 
     def finish(logits, kv):
         new_cache = KVCache(k=tuple(k for k, _ in kv), v=tuple(v for _, v in kv),
