@@ -147,6 +147,7 @@ def train_and_evaluate(config, workdir: str, *, devices=None,
     unreadable checkpoints, CheckpointSaveError naming the step when a save fails.
     """
     config_check.check_config(config)
+    workdir = checked_workdir(workdir)  # never '' (the current directory) or a file
     mesh = sharding.make_mesh(config.mesh, devices=devices)
     shards = math.prod(mesh.shape[a] for a in sharding.BATCH_AXES)
     micro = config.batch_size // config.get("grad_accum_steps", 1)
@@ -159,7 +160,6 @@ def train_and_evaluate(config, workdir: str, *, devices=None,
         if context > 1 and int(length) % (2 * context):
             raise ValueError(f"{what}={length} must be divisible by 2 * mesh.context = "
                              f"{2 * context} (each device holds two chunks of every sequence)")
-    workdir = checked_workdir(workdir)  # never '' (the current directory) or a file
     preemption = _Preemption()  # first, so a SIGTERM during setup is not fatal
     try:
         with WorkdirLock(workdir), ckpt_lib.quiet_failed_restores():

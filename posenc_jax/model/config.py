@@ -158,8 +158,9 @@ class TransformerConfig:
         object.__setattr__(self, "_encodings", encs)
         for enc in encs.values():  # can the attention backend run every encoding?
             backends.check(self.attention, enc, causal=self.causal)
-        axes = sorted({capabilities.position_axes(enc) for enc in encs.values()} - {1})
-        if len(axes) > 1:
+        axes = sorted({capabilities.position_axes(enc) for enc in encs.values()
+                       if enc.hooks})  # those that read positions (not nope)
+        if len(axes) > 1:  # e.g. ["mrope", "rope"]: rope would get mrope's [3, B, L]
             raise ValueError(f"the encodings take positions with different axes {axes}; a "
                              "model takes one positions shape")
         boolean("scan_layers", self.scan_layers)
