@@ -104,7 +104,8 @@ def attend(q: Array, k: Array, v: Array, *, encoding: Encoding, params: Any = No
            q_segment_ids: Array | None = None, k_segment_ids: Array | None = None,
            k_mask: Array | None = None, implementation: str = "dense",
            block_q: int = 256, block_k: int = 256,
-           dense_backend: str | None = None, rotated: bool = True) -> Array:
+           dense_backend: str | None = None, rotated: bool = True,
+           kernel_blocks: Any = None) -> Array:
     """Multi-head (or grouped-query) attention with the encoding's bias and explicit masks.
 
     Args:
@@ -130,6 +131,7 @@ def attend(q: Array, k: Array, v: Array, *, encoding: Encoding, params: Any = No
         when the encoding has one; segment ids and key masks become a boolean mask.
       rotated: False when q and k are raw (see `rotates_inside`): the kernel then rotates
         in-kernel, other paths call the rotate hook here.
+      kernel_blocks: the kernel's GPU / TPU block sizes (`kernels.blocks.kernel_blocks`).
 
     Returns:
       [B, Lq, H, D] in q.dtype; zeros for query rows that see no key.
@@ -180,7 +182,8 @@ def attend(q: Array, k: Array, v: Array, *, encoding: Encoding, params: Any = No
             q, k = encoding.rotate(params, q, k, qp, kp, seq_len=_seq_len(encoding, kp, km))
         return flash_attention(q, k, v, q_positions=qp, k_positions=kp, q_segment_ids=qs,
                                k_segment_ids=ks, k_mask=km, rotation=rotation,
-                               block_q=_pow2(block_q), block_k=_pow2(block_k), **kw)
+                               block_q=_pow2(block_q), block_k=_pow2(block_k),
+                               blocks=kernel_blocks, **kw)
 
     def portable(q, k, v, masks, impl):
         qp, kp, qs, ks, km = masks

@@ -3,9 +3,9 @@
 Queries are cut into blocks of `block_q` rows and keys into blocks of `block_k` columns. For
 each query block a `lax.scan` runs over the key blocks keeping the running row maximum m, the
 running normaliser l and the unnormalised output acc (Milakov & Gimelshein 2018; Dao et al.
-2022):
+2022), with the update and normalisation of `posenc_jax.model.softmax_math`:
 
-    s      = q_blk k_blk^T * scale + bias(q_pos_blk, k_pos_blk)    masked entries -> -1e30
+    s      = q_blk k_blk^T * scale + bias(q_pos_blk, k_pos_blk)    masked entries -> NEG
     m'     = max(m, rowmax(s));   p = exp(s - m') (0 where masked)
     l'     = exp(m - m') l + rowsum(p);   acc' = exp(m - m') acc + p v_blk
     out    = acc / l        (0 where l == 0: a row that sees no key gives zeros, not NaN)
@@ -36,11 +36,11 @@ import jax.numpy as jnp
 from posenc_jax.checks import positive_int
 from posenc_jax.encodings.base import Encoding
 from posenc_jax.model.scores import build_mask, check_capabilities, encoding_bias
+from posenc_jax.model.softmax_math import NEG, normalise, online_step
 
 __all__ = ["attend_blockwise"]
 
 Array = jax.Array
-_NEG = -1e30  # a finite "minus infinity": exp(_NEG - m) underflows to 0, never NaN
 
 
 def _pad(x: Array | None, axis: int, size: int, value=0) -> Array | None:
@@ -109,7 +109,7 @@ def attend_blockwise(q: Array, k: Array, v: Array, *, encoding: Encoding, params
                           k_mask=vmb) if has_mask else None               # [B|1, 1, bq, bk]
 
         def update(carry):
-            m, l, acc = carry                   # [B, K, G, bq], same, [B, K, G, bq, D] f32
+            m, l, acc = carry                   # [B, K, G, bq, 1], same, [B, K, G, bq, D] f32
             q_blk, k_blk = qb, kb
             if encoding.has_block_transform:
                 q_blk, k_blk = encoding.block_transform(params, qb, kb, qpb, kpb)
@@ -119,21 +119,16 @@ def attend_blockwise(q: Array, k: Array, v: Array, *, encoding: Encoding, params
             bias = encoding_bias(encoding, params, qpb, kpb, (q_blk * scale).astype(qb.dtype), h)
             if bias is not None:                                          # [B|1, H, bq, bk]
                 s = s + bias.reshape(bias.shape[0], kh, g, bq, bk)
-            if mask is not None:
-                m5 = mask[:, :, None]                                     # [B|1, 1, 1, bq, bk]
-                s = jnp.where(m5, s, jnp.float32(_NEG))
-            m_new = jnp.maximum(m, jnp.max(s, axis=-1))
-            p = jnp.exp(s - m_new[..., None])
-            if mask is not None:
-                p = jnp.where(m5, p, jnp.float32(0.0))
-            alpha = jnp.exp(m - m_new)
-            l_new = alpha * l + jnp.sum(p, axis=-1)
+            m5 = None if mask is None else mask[:, :, None]               # [B|1, 1, 1, bq, bk]
+            if m5 is not None:
+                s = jnp.where(m5, s, jnp.float32(NEG))
+            m_new, l_new, p, alpha = online_step(m, l, s, m5)
             pv = jnp.einsum("bkgqs,bskd->bkgqd", p.astype(vb.dtype), vb,
                             preferred_element_type=jnp.float32)
             extra = encoding.value_term(params, p.reshape(b, h, bq, -1), qpb, kpb)
             if extra is not None:  # linear in p: rescaled by alpha like p v
                 pv = pv + extra.astype(jnp.float32).reshape(b, kh, g, bq, d)
-            return m_new, l_new, alpha[..., None] * acc + pv
+            return m_new, l_new, alpha * acc + pv
 
         if mask is None:
             return update(carry), None
@@ -141,14 +136,12 @@ def attend_blockwise(q: Array, k: Array, v: Array, *, encoding: Encoding, params
 
     def query_block(xs):
         qb, qpb, qsb = xs
-        init = (jnp.full((b, kh, g, bq), _NEG, jnp.float32),
-                jnp.zeros((b, kh, g, bq), jnp.float32),
+        init = (jnp.full((b, kh, g, bq, 1), NEG, jnp.float32),
+                jnp.zeros((b, kh, g, bq, 1), jnp.float32),
                 jnp.zeros((b, kh, g, bq, d), jnp.float32))
         step = jax.checkpoint(lambda c, x: key_step(c, x, qb, qpb, qsb), prevent_cse=False)
         (_, l, acc), _ = jax.lax.scan(step, init, (k_blk, v_blk, kp_blk, ks_blk, valid_blk))
-        seen = l > 0
-        out = jnp.where(seen[..., None], acc / jnp.where(seen, l, 1.0)[..., None], 0.0)
-        out = out.reshape(b, h, bq, d)                                   # head h = k * G + g
+        out = normalise(acc, l).reshape(b, h, bq, d)                     # head h = k * G + g
         return jnp.transpose(out, (0, 2, 1, 3)).astype(q.dtype)           # [B, bq, H, D]
 
     out = jax.lax.map(jax.checkpoint(query_block, prevent_cse=False), (q_blk, qp_blk, qs_blk))

@@ -30,6 +30,7 @@ from posenc_jax.checks import boolean, finite_float, positive_int
 from posenc_jax.encodings.base import Encoding, for_model
 from posenc_jax.model.attention import check_implementation
 from posenc_jax.model.kernels import check_supported
+from posenc_jax.model.kernels.blocks import kernel_blocks
 from posenc_jax.model.scan import check_scannable
 from posenc_jax.model.scores import check_capabilities
 
@@ -78,6 +79,9 @@ class TransformerConfig:
         "auto" (the kernel on GPU/TPU, dense or blockwise on CPU; see `attention.attend`);
         block_size: the blockwise block (queries and keys; 128-256 was fastest on a 2-core
         CPU, see benchmarks/attention.py), also the kernel's interpret-mode block.
+      kernel_blocks: the kernel's GPU / TPU block sizes per pass, e.g.
+        `{"gpu": {"block_q": 128, "num_warps": 8}}` (None: defaults by head dim; see
+        `posenc_jax.model.kernels.blocks`); validated here, stored as a `KernelBlocks`.
       causal: decoder (True) or bidirectional attention.
       tie_embeddings: the output projection is the token embedding's transpose.
       dtype: activation/compute dtype; param_dtype: parameter storage dtype.
@@ -100,6 +104,7 @@ class TransformerConfig:
     layer_encodings: Any = None
     attention: str = "dense"
     block_size: int = 256
+    kernel_blocks: Any = None
     causal: bool = True
     tie_embeddings: bool = True
     dtype: Any = "float32"
@@ -131,6 +136,7 @@ class TransformerConfig:
                              f"{', '.join(map(repr, MLP_ACTIVATIONS))}")
         check_implementation(self.attention, self.dense_backend)
         positive_int("block_size", self.block_size)
+        set_("kernel_blocks", kernel_blocks(thaw(self.kernel_blocks)))
         set_("dtype", _float_dtype("dtype", self.dtype))
         set_("param_dtype", _float_dtype("param_dtype", self.param_dtype))
         set_("norm_eps", finite_float("norm_eps", self.norm_eps, above=0.0))

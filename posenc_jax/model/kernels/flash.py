@@ -27,7 +27,8 @@ import numpy as np
 
 from posenc_jax.checks import integer_array
 from posenc_jax.encodings.base import Encoding, KernelRotation
-from posenc_jax.model.kernels.common import Static
+from posenc_jax.model.kernels.block_math import Static
+from posenc_jax.model.kernels.blocks import kernel_blocks
 from posenc_jax.model.kernels.vjp import core, padded_length
 
 __all__ = ["check_supported", "flash_attention"]
@@ -66,7 +67,8 @@ def _feature_order(d: int, r: int, layout: str) -> np.ndarray | None:
 def flash_attention(q, k, v, *, encoding: Encoding, params: Any, q_positions, k_positions,
                     causal: bool, q_segment_ids=None, k_segment_ids=None, k_mask=None,
                     rotation: KernelRotation | None = None, block_q: int = 32,
-                    block_k: int = 32, cpu_kernel: str = "gpu") -> jax.Array:
+                    block_k: int = 32, cpu_kernel: str = "gpu",
+                    blocks: Any = None) -> jax.Array:
     """Flash attention with the encoding's positions applied in-kernel.
 
     Args:
@@ -76,8 +78,10 @@ def flash_attention(q, k, v, *, encoding: Encoding, params: Any, q_positions, k_
         [B|1, Lk] (validated by `attend`); segment ids both or neither.
       rotation: the encoding's `kernel_rotation` (None: no in-kernel rotation).
       block_q, block_k: blocks of CPU interpret mode (powers of two; GPU and TPU use
-        their own, see `vjp.GPU_BLOCKS` / `TPU_BLOCKS`).
+        `blocks`).
       cpu_kernel: "gpu" or "tpu": which kernel structure interpret mode runs on CPU.
+      blocks: the GPU / TPU block sizes per pass (`blocks.kernel_blocks` takes None -- the
+        defaults by head dim --, a dict keyed by "gpu" / "tpu", or a `KernelBlocks`).
 
     Returns:
       [B, Lq, H, D] in q.dtype.
@@ -118,6 +122,7 @@ def flash_attention(q, k, v, *, encoding: Encoding, params: Any, q_positions, k_
                 num_heads=h, groups=h // kh, head_dim=d, rotary=r,
                 encoding=encoding if encoding.has_elementwise_bias else None,
                 param_tree=tree, block_q=min(block_q, padded_length(lq)[1]),
-                block_k=min(block_k, padded_length(lk)[1]), cpu_kernel=cpu_kernel)
+                block_k=min(block_k, padded_length(lk)[1]), cpu_kernel=cpu_kernel,
+                blocks=kernel_blocks(blocks))
     out = core(st, qt, kt, vt, aux, [jnp.asarray(x) for x in leaves])
     return jnp.transpose(out[:, :, :lq], (0, 2, 1, 3))           # v's features: no undo
