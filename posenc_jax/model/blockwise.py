@@ -79,7 +79,7 @@ def attend_blockwise(q: Array, k: Array, v: Array, *, encoding: Encoding, params
     check_capabilities(encoding, implementation="blockwise", causal=causal)
     b, lq, h, d = q.shape
     lk, kh = k.shape[1], k.shape[2]
-    if lq == 0 or lk == 0:  # as the dense path: no query rows, or rows that see no key
+    if b == 0 or lq == 0 or lk == 0:  # as the dense path: no rows, or rows that see no key
         return jnp.zeros(q.shape, q.dtype)
     g = h // kh
     bq, bk = min(block_q, lq), min(block_k, lk)

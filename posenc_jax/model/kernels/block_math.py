@@ -60,6 +60,8 @@ class Static:
     block_k: int
     cpu_kernel: str = "gpu"        # which kernel structure interpret mode runs: gpu | tpu
     blocks: Any = None             # a `blocks.KernelBlocks` (None: the defaults)
+    interpret: Any = None          # CPU: `interpret=` of pallas_call (None: True), e.g. a
+                                   # `pltpu.InterpretParams(out_of_bounds_reads="raise")`
 
     @property
     def pieces(self) -> tuple[tuple[int, int], ...]:

@@ -54,9 +54,13 @@ class Refs:
     def __getitem__(self, name: str):
         return self._inputs[name]
 
-    def load_params(self, param_tree):
-        """The encoding's params pytree, each leaf loaded whole (they are small tables)."""
-        return jax.tree.unflatten(param_tree, [r[...] for r in self.params])
+    def load_params(self, param_tree, shapes=None):
+        """The encoding's params pytree, each leaf loaded whole (they are small tables),
+        reshaped to `shapes` where the platform passed them in another shape."""
+        leaves = [r[...] for r in self.params]
+        if shapes is not None:
+            leaves = [x.reshape(s) if x.shape != s else x for x, s in zip(leaves, shapes)]
+        return jax.tree.unflatten(param_tree, leaves)
 
 
 def full_block(x) -> pl.BlockSpec:

@@ -56,7 +56,7 @@ def _write(refs, values):
         a[...] = x
 
 
-def _fwd_kernel(*refs, layout, st):
+def _fwd_kernel(*refs, layout, st, shapes):
     r = Refs(layout, refs)
     h, j = pl.program_id(1), pl.program_id(3)
 
@@ -67,7 +67,7 @@ def _fwd_kernel(*refs, layout, st):
     @pl.when(r["vis"][0, j] != 0)
     def _():
         q, k = _blocks(r, st)
-        _write(r.scratch, bm.fwd_step(st, r.load_params(st.param_tree), h, q, k,
+        _write(r.scratch, bm.fwd_step(st, r.load_params(st.param_tree, shapes), h, q, k,
                                       r["v"][...], _read(r.scratch)))
 
     @pl.when(j == pl.num_programs(3) - 1)
@@ -77,7 +77,7 @@ def _fwd_kernel(*refs, layout, st):
         r.out["lse"][...] = lse
 
 
-def _dq_kernel(*refs, layout, st):
+def _dq_kernel(*refs, layout, st, shapes):
     r = Refs(layout, refs)
     h, j = pl.program_id(1), pl.program_id(3)
 
@@ -89,11 +89,12 @@ def _dq_kernel(*refs, layout, st):
     @pl.when(r["vis"][0, j] != 0)
     def _():
         q, k = _blocks(r, st)
-        carry = (_read(r.scratch), _read(r.param_grads))
-        dqs, dps = bm.dq_step(st, r.load_params(st.param_tree), h, q, k, r["v"][...],
+        carry = (_read(r.scratch), tuple(a[...].reshape(s) for a, s in zip(r.param_grads,
+                                                                            shapes)))
+        dqs, dps = bm.dq_step(st, r.load_params(st.param_tree, shapes), h, q, k, r["v"][...],
                               r["do"][...], r["lse"][...], r["delta"][...], carry)
         _write(r.scratch, dqs)
-        _write(r.param_grads, dps)
+        _write(r.param_grads, [g.reshape(a.shape) for a, g in zip(r.param_grads, dps)])
 
     @pl.when(j == pl.num_programs(3) - 1)
     def _():
@@ -102,7 +103,7 @@ def _dq_kernel(*refs, layout, st):
         bm.store_pieces(r.out["dq"], (_ALL,), st, dqs)
 
 
-def _dkv_kernel(*refs, layout, st, nq):
+def _dkv_kernel(*refs, layout, st, nq, shapes):
     r = Refs(layout, refs)
     kh, t = pl.program_id(1), pl.program_id(3)
     *dk_refs, dv_ref = r.scratch
@@ -116,7 +117,8 @@ def _dkv_kernel(*refs, layout, st, nq):
     @pl.when(r["vis"][0, i] != 0)
     def _():
         q, k = _blocks(r, st)
-        dks, dv = bm.dkv_step(st, r.load_params(st.param_tree), kh * st.groups + g, q, k,
+        params = r.load_params(st.param_tree, shapes)
+        dks, dv = bm.dkv_step(st, params, kh * st.groups + g, q, k,
                               r["v"][...], r["do"][...], r["lse"][...], r["delta"][...],
                               (_read(dk_refs), dv_ref[...]))
         _write(dk_refs, dks)
@@ -159,8 +161,16 @@ def _rows(vis):
     return vis.reshape(b * n, 1, m)
 
 
+def _tiles(params):
+    """Mosaic blocks have rank >= 2 here: leaves of rank 0 / 1 (FIRE's scalars, KERPLE's
+    [H]) travel as [1, 1] / [1, n] and are reshaped back after loading."""
+    shapes = tuple(tuple(p.shape) for p in params)
+    return [p.reshape((1,) * (2 - p.ndim) + p.shape) if p.ndim < 2 else p for p in params], shapes
+
+
 def forward(st, x, params, plan, *, interpret):
     """As `gpu.forward`."""
+    params, shapes = _tiles(params)
     (bq, bk), vis = plan.fwd, plan.vis_fwd
     b, h, lq, d = x["q"].shape
     x = dict(x, vis=_rows(vis))
@@ -172,11 +182,12 @@ def forward(st, x, params, plan, *, interpret):
     return tuple(call(_fwd_kernel, inputs=x, params=params, outputs=out,
                       specs=_specs(st, x, bq, bk, "q", lq // bq), out_specs=specs,
                       grid=(b, h, lq // bq, x["k"].shape[2] // bk), scratch=scratch,
-                      interpret=interpret, compiler_params=_SEMANTICS, st=st))
+                      interpret=interpret, compiler_params=_SEMANTICS, st=st, shapes=shapes))
 
 
 def backward(st, x, params, plan, *, interpret):
     """As `gpu.backward`."""
+    params, shapes = _tiles(params)
     b, h, lq, d = x["q"].shape
     kh, lk = x["k"].shape[1], x["k"].shape[2]
     (bq, bk) = plan.dq
@@ -189,7 +200,7 @@ def backward(st, x, params, plan, *, interpret):
                     specs=_specs(st, xq, bq, bk, "q", nq),
                     out_specs=[pl.BlockSpec((None, None, bq, d), qi)], grid=(b, h, nq, nk),
                     scratch=[pltpu.VMEM((bq, n), F32) for _, n in st.pieces],
-                    interpret=interpret, compiler_params=_SEMANTICS, st=st)
+                    interpret=interpret, compiler_params=_SEMANTICS, st=st, shapes=shapes)
     (bq, bk) = plan.dkv
     nq, nk = lq // bq, lk // bk
     xk = dict(x, vis=_rows(jnp.swapaxes(plan.vis_dkv, 1, 2)))             # [B*nk, 1, nq]
@@ -201,5 +212,5 @@ def backward(st, x, params, plan, *, interpret):
                   specs=_specs(st, xk, bq, bk, "k", nq),
                   out_specs=[pl.BlockSpec((None, None, bk, d), ki)] * 2,
                   grid=(b, kh, nk, st.groups * nq), scratch=scratch, interpret=interpret,
-                  compiler_params=_SEMANTICS, st=st, nq=nq)
-    return dq, dk, dv, [jnp.sum(g, axis=(0, 1, 2)) for g in dps]
+                  compiler_params=_SEMANTICS, st=st, nq=nq, shapes=shapes)
+    return dq, dk, dv, [jnp.sum(g, axis=(0, 1, 2)).reshape(s) for g, s in zip(dps, shapes)]

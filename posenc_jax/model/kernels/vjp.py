@@ -70,7 +70,8 @@ def visibility(st: Static, aux: dict, bq: int, bk: int):
         qs_min, qs_max = _block_min(qs, bq), _block_max(qs, bq, _INT_MIN)
         vis = vis & (qs_min[:, :, None] <= ks_max[:, None, :]) \
             & (ks_min[:, None, :] <= qs_max[:, :, None])
-    return vis.astype(jnp.int32)
+    b, nq, nk = valid.shape[0], aux["qpos"].shape[1] // bq, valid.shape[1] // bk
+    return jnp.broadcast_to(vis, (b, nq, nk)).astype(jnp.int32)   # every (i, j) is read
 
 
 class Plan(NamedTuple):
@@ -118,7 +119,8 @@ def _run(st: Static, x: dict, params: list, backward: bool):
             return fn(st, x, params, _plan(st, x, platform, backward), interpret=interpret)
         return run
 
-    cpu = branch(tpu if st.cpu_kernel == "tpu" else gpu, "cpu", True)
+    cpu = branch(tpu if st.cpu_kernel == "tpu" else gpu, "cpu",
+                 True if st.interpret is None else st.interpret)
     return jax.lax.platform_dependent(x, params, cpu=cpu, cuda=branch(gpu, "gpu", False),
                                       tpu=branch(tpu, "tpu", False), default=cpu)
 
