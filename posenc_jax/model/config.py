@@ -23,13 +23,14 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+import jax
 import jax.numpy as jnp
 
 from posenc_jax._frozen import _FrozenDict, freeze, thaw
 from posenc_jax.checks import boolean, finite_float, positive_int
 from posenc_jax.encodings.base import Encoding, for_model
 from posenc_jax.model.attention import check_implementation
-from posenc_jax.model.kernels import check_supported
+from posenc_jax.model.kernels import check_supported, unsupported_reason
 from posenc_jax.model.kernels.blocks import kernel_blocks
 from posenc_jax.model.scan import check_scannable
 from posenc_jax.model.scores import check_capabilities
@@ -155,6 +156,7 @@ class TransformerConfig:
         if self.attention == "pallas":
             for enc in encs.values():
                 check_supported(enc)
+                self._check_kernel_lowers(enc)
         axes = sorted({enc.position_axes for enc in encs.values()} - {1})
         if len(axes) > 1:
             raise ValueError(f"the encodings take positions with different axes {axes}; a "
@@ -167,6 +169,19 @@ class TransformerConfig:
                 raise ValueError(
                     f"layer_encodings[{i}]={entry[0]!r} is additive (an embed hook); additive "
                     f"encodings act only at the input: set encoding={entry[0]!r} instead")
+
+    def _check_kernel_lowers(self, enc: Encoding) -> None:
+        """ValueError naming the shape when the kernel cannot lower for this host's GPU/TPU
+        (`kernels.unsupported_reason`; CPU interpret mode takes every shape)."""
+        platform = {"gpu": "cuda", "tpu": "tpu"}.get(jax.default_backend())
+        if platform is None:
+            return
+        reason = unsupported_reason(enc, platform=platform, head_dim=self.head_dim,
+                                    num_heads=self.num_heads, num_kv_heads=self.num_kv_heads,
+                                    causal=self.causal, dtype=self.dtype)
+        if reason is not None:
+            raise ValueError(f"attention='pallas': {reason}; use attention='auto', "
+                             "'blockwise' or 'dense'")
 
     def _freeze_layers(self, layers: Any) -> tuple | None:
         if layers is None:

@@ -34,42 +34,14 @@ import jax.numpy as jnp
 from jax import lax
 from jax.experimental import pallas as pl
 
+from posenc_jax.model.kernels.static import Static
 from posenc_jax.model.softmax_math import NEG, log_normaliser, normalise, online_step
 
 __all__ = ["NEG", "Side", "Static", "dkv_finish", "dkv_init", "dkv_step", "dq_finish",
-           "dq_init", "dq_step", "fwd_finish", "fwd_init", "fwd_step", "load_keys",
-           "load_queries", "store_pieces"]
+           "dq_init", "dq_step", "fwd_finish", "fwd_init", "fwd_step", "load_chunks",
+           "load_keys", "load_queries", "store_chunks", "store_pieces"]
 
 F32 = jnp.float32
-
-
-@dataclasses.dataclass(frozen=True)
-class Static:
-    """Everything static about one attention call (hashable: a custom_vjp nondiff arg)."""
-
-    causal: bool
-    segments: bool
-    scale: float
-    num_heads: int
-    groups: int                    # G = H // K
-    head_dim: int
-    rotary: int                    # R, 0 without in-kernel rotation
-    encoding: Any                  # a scheme with an elementwise bias, or None
-    param_tree: Any                # treedef of the encoding's params
-    block_q: int                   # CPU-interpret blocks (GPU and TPU: `blocks`)
-    block_k: int
-    cpu_kernel: str = "gpu"        # which kernel structure interpret mode runs: gpu | tpu
-    blocks: Any = None             # a `blocks.KernelBlocks` (None: the defaults)
-    interpret: Any = None          # CPU: `interpret=` of pallas_call (None: True), e.g. a
-                                   # `pltpu.InterpretParams(out_of_bounds_reads="raise")`
-
-    @property
-    def pieces(self) -> tuple[tuple[int, int], ...]:
-        """(start, width) of the feature pieces: rotated halves, then pass-through."""
-        r, d = self.rotary, self.head_dim
-        if not r:
-            return ((0, d),)
-        return ((0, r), (r, r)) + (((2 * r, d - 2 * r),) if 2 * r < d else ())
 
 
 @dataclasses.dataclass
@@ -92,42 +64,60 @@ def matmul(a, b, dims: str):
                            preferred_element_type=F32)
 
 
-def rotation(rot_ref, positions):
-    """(cos, sin) float32 [n, R] at int positions [n, 1]; rot_ref rows: inv_freq, factor."""
-    inv_freq, factor = rot_ref[pl.ds(0, 1), :], rot_ref[pl.ds(1, 1), :]      # [1, R] each
-    angles = positions.astype(F32) * inv_freq
-    return jnp.cos(angles) * factor, jnp.sin(angles) * factor
+def rotation(rot_ref, positions, st: Static) -> list:
+    """(cos, sin) float32 [n, w] per rotated chunk at int positions [n, 1]; rot_ref rows:
+    inv_freq, factor."""
+    out = []
+    for a, w in st.rot_chunks:
+        inv_freq, factor = rot_ref[pl.ds(0, 1), pl.ds(a, w)], rot_ref[pl.ds(1, 1), pl.ds(a, w)]
+        angles = positions.astype(F32) * inv_freq
+        out.append((jnp.cos(angles) * factor, jnp.sin(angles) * factor))
+    return out
+
+
+def load_chunks(ref, index: tuple, chunks) -> list:
+    """`ref[index + (features,)]` for each (start, width) chunk."""
+    return [ref[index + (pl.ds(a, n),)] for a, n in chunks]
+
+
+def store_chunks(ref, index: tuple, chunks, values: list) -> None:
+    for (a, n), x in zip(chunks, values):
+        ref[index + (pl.ds(a, n),)] = x.astype(ref.dtype)
 
 
 def load_pieces(ref, index: tuple, st: Static, cs=None) -> list:
-    """The feature pieces of `ref[index + (features,)]`, rotated when cs = (cos, sin)."""
-    pieces = [ref[index + (pl.ds(a, n),)] for a, n in st.pieces]
+    """The feature chunks of `ref[index + (features,)]`, rotated when cs (per chunk pair)."""
+    pieces = load_chunks(ref, index, st.pieces)
     if cs is None or not st.rotary:
         return pieces
-    c, s = cs
+    m = len(cs)
     dt = pieces[0].dtype
-    x1, x2 = pieces[0].astype(F32), pieces[1].astype(F32)
-    return [(x1 * c - x2 * s).astype(dt), (x2 * c + x1 * s).astype(dt)] + pieces[2:]
+    out = list(pieces)
+    for i, (c, s) in enumerate(cs):
+        x1, x2 = pieces[i].astype(F32), pieces[m + i].astype(F32)
+        out[i], out[m + i] = (x1 * c - x2 * s).astype(dt), (x2 * c + x1 * s).astype(dt)
+    return out
 
 
 def unrotate(grads: list, st: Static, cs=None) -> list:
-    """Gradients w.r.t. rotated pieces -> w.r.t. the raw pieces (the rotation transposed)."""
+    """Gradients w.r.t. rotated chunks -> w.r.t. the raw chunks (the rotation transposed)."""
     if cs is None or not st.rotary:
         return grads
-    c, s = cs
-    g1, g2 = grads[0], grads[1]
-    return [g1 * c + g2 * s, g2 * c - g1 * s] + grads[2:]
+    m, out = len(cs), list(grads)
+    for i, (c, s) in enumerate(cs):
+        g1, g2 = grads[i], grads[m + i]
+        out[i], out[m + i] = g1 * c + g2 * s, g2 * c - g1 * s
+    return out
 
 
 def store_pieces(ref, index: tuple, st: Static, pieces: list) -> None:
-    for (a, n), piece in zip(st.pieces, pieces):
-        ref[index + (pl.ds(a, n),)] = piece.astype(ref.dtype)
+    store_chunks(ref, index, st.pieces, pieces)
 
 
 def load_queries(r, st: Static, index: tuple, rows) -> Side:
     """The query block `r["q"][index]` with positions `r["qpos"][rows, :]`, rotated."""
     pos = r["qpos"][rows, :]
-    cs = rotation(r["rot"], pos) if st.rotary else None
+    cs = rotation(r["rot"], pos, st) if st.rotary else None
     seg = r["qseg"][rows, :] if st.segments else None
     return Side(load_pieces(r["q"], index, st, cs), pos, seg, cs)
 
@@ -135,7 +125,7 @@ def load_queries(r, st: Static, index: tuple, rows) -> Side:
 def load_keys(r, st: Static, index: tuple, cols) -> Side:
     """The key block `r["k"][index]` with positions `r["kpos"][:, cols]`, rotated."""
     pos = r["kpos"][:, cols]
-    cs = rotation(r["rot"], jnp.transpose(pos)) if st.rotary else None
+    cs = rotation(r["rot"], jnp.transpose(pos), st) if st.rotary else None
     seg = r["kseg"][:, cols] if st.segments else None
     return Side(load_pieces(r["k"], index, st, cs), pos, seg, cs, r["kvalid"][:, cols])
 
@@ -149,12 +139,15 @@ def scores(qs: list, ks: list, st: Static):
 
 
 def keep_mask(st: Static, q: Side, k: Side):
-    """bool [bq, bk]: which scores are visible (key valid, causal, same segment)."""
+    """bool [bq, bk]: which scores are visible (key valid, causal, same segment, inside
+    the window: q_pos - k_pos < window)."""
     keep = jnp.broadcast_to(k.valid != 0, (q.pos.shape[0], k.pos.shape[1]))
     if st.causal:
         keep = jnp.logical_and(keep, k.pos <= q.pos)
     if st.segments:
         keep = jnp.logical_and(keep, q.seg == k.seg)
+    if st.window is not None:
+        keep = jnp.logical_and(keep, q.pos - k.pos < st.window)
     return keep
 
 
@@ -194,42 +187,47 @@ def logits(st: Static, params, head, q: Side, k: Side):
 
 
 # --- forward: online softmax -> (out, lse) ---------------------------------------------
+# v, dO, out and dv travel as lists of chunks (`Static.v_pieces`).
 
-def fwd_init(bq: int, d: int):
-    """(m, l, acc): [bq, 1], [bq, 1], [bq, D] float32."""
-    return (jnp.full((bq, 1), NEG, F32), jnp.zeros((bq, 1), F32), jnp.zeros((bq, d), F32))
+def fwd_init(st: Static, bq: int):
+    """(m, l, acc chunks): [bq, 1], [bq, 1], ([bq, w], ...) float32."""
+    return (jnp.full((bq, 1), NEG, F32), jnp.zeros((bq, 1), F32),
+            tuple(jnp.zeros((bq, w), F32) for _, w in st.v_pieces))
 
 
-def fwd_step(st: Static, params, head, q: Side, k: Side, v, carry):
+def fwd_step(st: Static, params, head, q: Side, k: Side, vs: list, carry):
     m, l, acc = carry
     keep, s = logits(st, params, head, q, k)
     m, l, p, alpha = online_step(m, l, s, keep)
-    return m, l, alpha * acc + matmul(p.astype(v.dtype), v, "nn")
+    return m, l, tuple(alpha * a + matmul(p.astype(v.dtype), v, "nn") for a, v in zip(acc, vs))
 
 
 def fwd_finish(carry, dtype):
-    """(out [bq, D] in dtype, lse [bq, 1] float32); rows that saw no key: 0 and 0."""
+    """(out chunks [bq, w] in dtype, lse [bq, 1] float32); rows that saw no key: 0 and 0."""
     m, l, acc = carry
-    return normalise(acc, l).astype(dtype), log_normaliser(m, l)
+    return [normalise(a, l).astype(dtype) for a in acc], log_normaliser(m, l)
 
 
 # --- backward: P = exp(S - lse), dS = P * (dO V^T - delta) -----------------------------
 
-def _probs(st: Static, params, head, q: Side, k: Side, v, do, lse, delta):
+def _probs(st: Static, params, head, q: Side, k: Side, vs, dos, lse, delta):
     keep, s = logits(st, params, head, q, k)
     p = jnp.where(keep, jnp.exp(s - lse), F32(0.0))
-    return p, p * (matmul(do, v, "nt") - delta)
+    dov = matmul(dos[0], vs[0], "nt")
+    for do, v in zip(dos[1:], vs[1:]):
+        dov = dov + matmul(do, v, "nt")
+    return p, p * (dov - delta)
 
 
 def dq_init(st: Static, bq: int, param_shapes):
-    """(dq pieces [bq, n] each, params-gradient leaves) float32 zeros."""
+    """(dq chunks [bq, n] each, params-gradient leaves) float32 zeros."""
     return (tuple(jnp.zeros((bq, n), F32) for _, n in st.pieces),
             tuple(jnp.zeros(shape, F32) for shape in param_shapes))
 
 
-def dq_step(st: Static, params, head, q: Side, k: Side, v, do, lse, delta, carry):
+def dq_step(st: Static, params, head, q: Side, k: Side, vs, dos, lse, delta, carry):
     dqs, dps = carry
-    p, ds = _probs(st, params, head, q, k, v, do, lse, delta)
+    p, ds = _probs(st, params, head, q, k, vs, dos, lse, delta)
     dsc = (ds * F32(st.scale)).astype(k.pieces[0].dtype)
     dqs = tuple(a + matmul(dsc, kp, "nn") for a, kp in zip(dqs, k.pieces))
     grads = bias_vjp(st, params, q.pos, k.pos, head, ds)
@@ -237,25 +235,26 @@ def dq_step(st: Static, params, head, q: Side, k: Side, v, do, lse, delta, carry
 
 
 def dq_finish(st: Static, carry, q_cs):
-    """(dq pieces w.r.t. the raw q, params-gradient leaves)."""
+    """(dq chunks w.r.t. the raw q, params-gradient leaves)."""
     dqs, dps = carry
     return unrotate(list(dqs), st, q_cs), list(dps)
 
 
-def dkv_init(st: Static, bk: int, d: int):
-    """(dk pieces [bk, n] each, dv [bk, D]) float32 zeros."""
-    return tuple(jnp.zeros((bk, n), F32) for _, n in st.pieces), jnp.zeros((bk, d), F32)
+def dkv_init(st: Static, bk: int):
+    """(dk chunks [bk, n] each, dv chunks [bk, w] each) float32 zeros."""
+    return (tuple(jnp.zeros((bk, n), F32) for _, n in st.pieces),
+            tuple(jnp.zeros((bk, w), F32) for _, w in st.v_pieces))
 
 
-def dkv_step(st: Static, params, head, q: Side, k: Side, v, do, lse, delta, carry):
-    dks, dv = carry
-    p, ds = _probs(st, params, head, q, k, v, do, lse, delta)
-    dv = dv + matmul(p.astype(do.dtype), do, "tn")
+def dkv_step(st: Static, params, head, q: Side, k: Side, vs, dos, lse, delta, carry):
+    dks, dvs = carry
+    p, ds = _probs(st, params, head, q, k, vs, dos, lse, delta)
+    dvs = tuple(a + matmul(p.astype(do.dtype), do, "tn") for a, do in zip(dvs, dos))
     dsc = (ds * F32(st.scale)).astype(q.pieces[0].dtype)
-    return tuple(a + matmul(dsc, qp, "tn") for a, qp in zip(dks, q.pieces)), dv
+    return tuple(a + matmul(dsc, qp, "tn") for a, qp in zip(dks, q.pieces)), dvs
 
 
 def dkv_finish(st: Static, carry, k_cs):
-    """(dk pieces w.r.t. the raw k, dv float32)."""
-    dks, dv = carry
-    return unrotate(list(dks), st, k_cs), dv
+    """(dk chunks w.r.t. the raw k, dv chunks float32)."""
+    dks, dvs = carry
+    return unrotate(list(dks), st, k_cs), list(dvs)

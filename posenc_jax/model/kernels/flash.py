@@ -25,9 +25,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from posenc_jax.checks import integer_array
+from posenc_jax.checks import integer_array, positive_int
 from posenc_jax.encodings.base import Encoding, KernelRotation
-from posenc_jax.model.kernels.block_math import Static
+from posenc_jax.model.kernels.static import Static
 from posenc_jax.model.kernels.blocks import kernel_blocks
 from posenc_jax.model.kernels.vjp import core, padded_length
 from posenc_jax.model.scores import encoding_bias
@@ -93,7 +93,8 @@ def flash_attention(q, k, v, *, encoding: Encoding, params: Any, q_positions, k_
                     causal: bool, q_segment_ids=None, k_segment_ids=None, k_mask=None,
                     rotation: KernelRotation | None = None, block_q: int = 32,
                     block_k: int = 32, cpu_kernel: str = "gpu",
-                    blocks: Any = None, interpret: Any = None) -> jax.Array:
+                    blocks: Any = None, interpret: Any = None,
+                    window: int | None = None) -> jax.Array:
     """Flash attention with the encoding's positions applied in-kernel.
 
     Args:
@@ -109,11 +110,16 @@ def flash_attention(q, k, v, *, encoding: Encoding, params: Any, q_positions, k_
         defaults by head dim --, a dict keyed by "gpu" / "tpu", or a `KernelBlocks`).
       interpret: what CPU interpret mode passes as `pallas_call(interpret=...)` (None:
         True), e.g. `pltpu.InterpretParams(out_of_bounds_reads="raise")`, the bounds checker.
+      window: sliding-window attention: a key at kp is visible to a query at qp only if
+        qp - kp < window (with the causal rule, segments and the key mask); None: no limit.
+        Key blocks wholly outside every query's window are skipped (never loaded).
 
     Returns:
       [B, Lq, H, D] in q.dtype.
     """
     check_supported(encoding)
+    if window is not None:
+        positive_int("window", window)
     integer_array("q_positions", q_positions)  # positions index blocks and tables here
     integer_array("k_positions", k_positions)
     b, lq, h, d = q.shape
@@ -155,6 +161,7 @@ def flash_attention(q, k, v, *, encoding: Encoding, params: Any, q_positions, k_
                 encoding=encoding if encoding.has_elementwise_bias else None,
                 param_tree=tree, block_q=min(block_q, padded_length(lq)[1]),
                 block_k=min(block_k, padded_length(lk)[1]), cpu_kernel=cpu_kernel,
-                blocks=kernel_blocks(blocks), interpret=interpret)
+                blocks=kernel_blocks(blocks), interpret=interpret,
+                window=None if window is None else int(window))
     out = core(st, qt, kt, vt, aux, [jnp.asarray(x) for x in leaves])
     return jnp.transpose(out[:, :, :lq], (0, 2, 1, 3))           # v's features: no undo

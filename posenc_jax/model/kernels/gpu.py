@@ -18,14 +18,21 @@ Three kernels (Dao 2023, FlashAttention-2):
 A key block the mask hides entirely (block visibility `vis` [B, nq, nk], from positions) is
 skipped with `lax.cond`.
 
+Every head dim and rotary split: q/k/v are loaded as power-of-two feature chunks, padded
+with zero lanes in memory only where a piece is not a multiple of 16 wide (`static.py`
+says how and what it costs); `_to_kernel` / `_from_kernel` change the layout.
+
 Layout: q [B, H, Lq, D], k/v [B, K, Lk, D], lse/delta [B, H, Lq, 1] float32, q positions and
 segment ids [B, Lq, 1], key positions/validity/segments [B, 1, Lk] int32 (L padded).
 """
 
 from __future__ import annotations
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plt
@@ -53,12 +60,13 @@ def _fwd_kernel(*refs, layout, st, bq, bk):
         def update(carry):
             rows = _rows(j, bk)
             k = bm.load_keys(r, st, (rows,), rows)
-            return bm.fwd_step(st, params, h, q, k, r["v"][rows, :], carry)
+            vs = bm.load_chunks(r["v"], (rows,), st.v_pieces)
+            return bm.fwd_step(st, params, h, q, k, vs, carry)
         return lax.cond(r["vis"][b, i, j] != 0, update, lambda x: x, carry)
 
-    carry = lax.fori_loop(0, r["k"].shape[0] // bk, body, bm.fwd_init(bq, r["q"].shape[-1]))
+    carry = lax.fori_loop(0, r["k"].shape[0] // bk, body, bm.fwd_init(st, bq))
     o, lse = bm.fwd_finish(carry, r.out["o"].dtype)
-    r.out["o"][...] = o
+    bm.store_chunks(r.out["o"], (_ALL,), st.v_pieces, o)
     r.out["lse"][...] = lse
 
 
@@ -67,13 +75,15 @@ def _dq_kernel(*refs, layout, st, bq, bk):
     b, h, i = pl.program_id(0), pl.program_id(1), pl.program_id(2)
     params = r.load_params(st.param_tree)
     q = bm.load_queries(r, st, (_ALL,), _ALL)
-    do, lse, delta = r["do"][...], r["lse"][...], r["delta"][...]
+    dos = bm.load_chunks(r["do"], (_ALL,), st.v_pieces)
+    lse, delta = r["lse"][...], r["delta"][...]
 
     def body(j, carry):
         def update(carry):
             rows = _rows(j, bk)
             k = bm.load_keys(r, st, (rows,), rows)
-            return bm.dq_step(st, params, h, q, k, r["v"][rows, :], do, lse, delta, carry)
+            vs = bm.load_chunks(r["v"], (rows,), st.v_pieces)
+            return bm.dq_step(st, params, h, q, k, vs, dos, lse, delta, carry)
         return lax.cond(r["vis"][b, i, j] != 0, update, lambda x: x, carry)
 
     init = bm.dq_init(st, bq, [p.shape for p in r.params])
@@ -88,7 +98,7 @@ def _dkv_kernel(*refs, layout, st, bq, bk):
     b, kh, j = pl.program_id(0), pl.program_id(1), pl.program_id(2)
     params = r.load_params(st.param_tree)
     k = bm.load_keys(r, st, (_ALL,), _ALL)
-    v = r["v"][...]
+    vs = bm.load_chunks(r["v"], (_ALL,), st.v_pieces)
     nq = r["q"].shape[1] // bq
 
     def body(t, carry):
@@ -97,38 +107,44 @@ def _dkv_kernel(*refs, layout, st, bq, bk):
         def update(carry):
             rows = _rows(i, bq)
             q = bm.load_queries(r, st, (g, rows), rows)
-            return bm.dkv_step(st, params, kh * st.groups + g, q, k, v, r["do"][g, rows, :],
+            dos = bm.load_chunks(r["do"], (g, rows), st.v_pieces)
+            return bm.dkv_step(st, params, kh * st.groups + g, q, k, vs, dos,
                                r["lse"][g, rows, :], r["delta"][g, rows, :], carry)
         return lax.cond(r["vis"][b, i, j] != 0, update, lambda x: x, carry)
 
-    init = bm.dkv_init(st, bk, v.shape[-1])
-    dks, dv = bm.dkv_finish(st, lax.fori_loop(0, st.groups * nq, body, init), k.cs)
+    init = bm.dkv_init(st, bk)
+    dks, dvs = bm.dkv_finish(st, lax.fori_loop(0, st.groups * nq, body, init), k.cs)
     bm.store_pieces(r.out["dk"], (_ALL,), st, dks)
-    r.out["dv"][...] = dv.astype(r.out["dv"].dtype)
+    bm.store_chunks(r.out["dv"], (_ALL,), st.v_pieces, dvs)
 
 
 def _q_specs(st, x, bq):
     """Grid (B, H, nq): one query block; all keys of the head's kv head."""
-    d, lk, g = x["q"].shape[-1], x["k"].shape[2], st.groups
+    d, dv, lk, g = x["q"].shape[-1], x["v"].shape[-1], x["k"].shape[2], st.groups
     q_blk = pl.BlockSpec((None, None, bq, d), lambda b, h, i: (b, h, i, 0))
+    o_blk = pl.BlockSpec((None, None, bq, dv), lambda b, h, i: (b, h, i, 0))
     row = pl.BlockSpec((None, None, bq, 1), lambda b, h, i: (b, h, i, 0))
-    kv = pl.BlockSpec((None, None, lk, d), lambda b, h, i: (b, lax.div(h, jnp.int32(g)), 0, 0))
+    kv_head = lambda b, h, i: (b, lax.div(h, jnp.int32(g)), 0, 0)             # noqa: E731
+    k_all, v_all = pl.BlockSpec((None, None, lk, d), kv_head), pl.BlockSpec((None, None, lk, dv),
+                                                                           kv_head)
     qp = pl.BlockSpec((None, bq, 1), lambda b, h, i: (b, i, 0))
     kp = pl.BlockSpec((None, 1, lk), lambda b, h, i: (b, 0, 0))
-    return {"q": q_blk, "do": q_blk, "k": kv, "v": kv, "lse": row, "delta": row, "qpos": qp,
-            "qseg": qp, "kpos": kp, "kvalid": kp, "kseg": kp}, q_blk, row
+    return {"q": q_blk, "do": o_blk, "k": k_all, "v": v_all, "lse": row, "delta": row,
+            "qpos": qp, "qseg": qp, "kpos": kp, "kvalid": kp, "kseg": kp}, q_blk, o_blk, row
 
 
 def _k_specs(st, x, bk):
     """Grid (B, K, nk): one key block; all queries of the group's G heads."""
-    d, lq, g = x["q"].shape[-1], x["q"].shape[2], st.groups
+    d, dv, lq, g = x["q"].shape[-1], x["v"].shape[-1], x["q"].shape[2], st.groups
     q_all = pl.BlockSpec((None, g, lq, d), lambda b, k, j: (b, k, 0, 0))
+    do_all = pl.BlockSpec((None, g, lq, dv), lambda b, k, j: (b, k, 0, 0))
     row = pl.BlockSpec((None, g, lq, 1), lambda b, k, j: (b, k, 0, 0))
     k_blk = pl.BlockSpec((None, None, bk, d), lambda b, k, j: (b, k, j, 0))
+    v_blk = pl.BlockSpec((None, None, bk, dv), lambda b, k, j: (b, k, j, 0))
     qp = pl.BlockSpec((None, lq, 1), lambda b, k, j: (b, 0, 0))
     kp = pl.BlockSpec((None, 1, bk), lambda b, k, j: (b, 0, j))
-    return {"q": q_all, "do": q_all, "k": k_blk, "v": k_blk, "lse": row, "delta": row,
-            "qpos": qp, "qseg": qp, "kpos": kp, "kvalid": kp, "kseg": kp}, k_blk
+    return {"q": q_all, "do": do_all, "k": k_blk, "v": v_blk, "lse": row, "delta": row,
+            "qpos": qp, "qseg": qp, "kpos": kp, "kvalid": kp, "kseg": kp}, k_blk, v_blk
 
 
 def _compiler(plan, interpret):
@@ -136,27 +152,54 @@ def _compiler(plan, interpret):
                                                      num_stages=plan.num_stages)
 
 
+def _index(st, kind):
+    idx = st.physical_index(kind)
+    return None if idx is None else (idx, np.nonzero(idx >= 0)[0])
+
+
+def _to_kernel(st, x):
+    """The inputs in the chunked layout (`Static.physical_index`: zero lanes where a piece
+    is not a multiple of 16 wide); unchanged where no padding is needed."""
+    x = dict(x)
+    for names, kind in ((("q", "k"), "qk"), (("v", "do"), "v"), (("rot",), "rot")):
+        ix = _index(st, kind)
+        for n in names:
+            if ix is not None and n in x:
+                x[n] = jnp.where(ix[0] >= 0, jnp.take(x[n], np.maximum(ix[0], 0), axis=-1),
+                                 jnp.zeros((), x[n].dtype))
+    return x
+
+
+def _from_kernel(st, y, kind):
+    ix = _index(st, kind)
+    return y if ix is None else jnp.take(y, ix[1], axis=-1)
+
+
 def forward(st, x, params, plan, *, interpret):
     """x: named kernel inputs (see module doc), params: the encoding's leaves; plan: the
     blocks and visibility per pass (`vjp.Plan`). Returns (o [B,H,Lq,D], lse [B,H,Lq,1])."""
+    st = dataclasses.replace(st, chunked=True)
+    x = _to_kernel(st, x)
     (bq, bk), vis = plan.fwd, plan.vis_fwd
     b, h, lq, _ = x["q"].shape
-    specs, q_blk, row = _q_specs(st, x, bq)
-    out = {"o": jax.ShapeDtypeStruct(x["q"].shape, x["q"].dtype),
+    specs, _, o_blk, row = _q_specs(st, x, bq)
+    out = {"o": jax.ShapeDtypeStruct((b, h, lq, x["v"].shape[-1]), x["q"].dtype),
            "lse": jax.ShapeDtypeStruct((b, h, lq, 1), F32)}
     o, lse = call(_fwd_kernel, inputs=dict(x, vis=vis), params=params, outputs=out,
-                  specs=specs, out_specs=[q_blk, row], grid=(b, h, lq // bq),
+                  specs=specs, out_specs=[o_blk, row], grid=(b, h, lq // bq),
                   interpret=interpret, compiler_params=_compiler(plan, interpret), st=st,
                   bq=bq, bk=bk)
-    return o, lse
+    return _from_kernel(st, o, "v"), lse
 
 
 def backward(st, x, params, plan, *, interpret):
     """x also holds do, lse, delta. Returns (dq, dk, dv, [params leaves' grads, float32])."""
+    st = dataclasses.replace(st, chunked=True)
+    x = _to_kernel(st, x)
     b, h, lq, _ = x["q"].shape
     kh, lk = x["k"].shape[1], x["k"].shape[2]
     (bq, bk), nq = plan.dq, lq // plan.dq[0]
-    specs, q_blk, _ = _q_specs(st, x, bq)
+    specs, q_blk, _, _ = _q_specs(st, x, bq)
     grads = param_grad_outputs(params, (b, h, nq))
     dq, *dps = call(_dq_kernel, inputs=dict(x, vis=plan.vis_dq), params=params,
                     outputs={"dq": jax.ShapeDtypeStruct(x["q"].shape, x["q"].dtype)},
@@ -164,11 +207,12 @@ def backward(st, x, params, plan, *, interpret):
                     interpret=interpret, compiler_params=_compiler(plan, interpret), st=st,
                     bq=bq, bk=bk)
     bq, bk = plan.dkv
-    specs, k_blk = _k_specs(st, x, bk)
+    specs, k_blk, v_blk = _k_specs(st, x, bk)
     out = {"dk": jax.ShapeDtypeStruct(x["k"].shape, x["k"].dtype),
            "dv": jax.ShapeDtypeStruct(x["v"].shape, x["v"].dtype)}
     dk, dv = call(_dkv_kernel, inputs=dict(x, vis=plan.vis_dkv), params=params, outputs=out,
-                  specs=specs, out_specs=[k_blk, k_blk], grid=(b, kh, lk // bk),
+                  specs=specs, out_specs=[k_blk, v_blk], grid=(b, kh, lk // bk),
                   interpret=interpret, compiler_params=_compiler(plan, interpret), st=st,
                   bq=bq, bk=bk)
-    return dq, dk, dv, [jnp.sum(g, axis=(0, 1, 2)) for g in dps]   # per-block -> total
+    return (_from_kernel(st, dq, "qk"), _from_kernel(st, dk, "qk"), _from_kernel(st, dv, "v"),
+            [jnp.sum(g, axis=(0, 1, 2)) for g in dps])   # per-block -> total

@@ -60,20 +60,29 @@ def _fwd_kernel(*refs, layout, st, shapes):
     r = Refs(layout, refs)
     h, j = pl.program_id(1), pl.program_id(3)
 
+    m_ref, l_ref, *acc_refs = r.scratch
+
+    def read():
+        return m_ref[...], l_ref[...], _read(acc_refs)
+
+    def write(carry):
+        m, l, acc = carry
+        _write([m_ref, l_ref, *acc_refs], [m, l, *acc])
+
     @pl.when(j == 0)
     def _():
-        _write(r.scratch, bm.fwd_init(*r.scratch[2].shape))
+        write(bm.fwd_init(st, m_ref.shape[0]))
 
     @pl.when(r["vis"][0, j] != 0)
     def _():
         q, k = _blocks(r, st)
-        _write(r.scratch, bm.fwd_step(st, r.load_params(st.param_tree, shapes), h, q, k,
-                                      r["v"][...], _read(r.scratch)))
+        vs = bm.load_chunks(r["v"], (_ALL,), st.v_pieces)
+        write(bm.fwd_step(st, r.load_params(st.param_tree, shapes), h, q, k, vs, read()))
 
     @pl.when(j == pl.num_programs(3) - 1)
     def _():
-        o, lse = bm.fwd_finish(_read(r.scratch), r.out["o"].dtype)
-        r.out["o"][...] = o
+        o, lse = bm.fwd_finish(read(), r.out["o"].dtype)
+        bm.store_chunks(r.out["o"], (_ALL,), st.v_pieces, o)
         r.out["lse"][...] = lse
 
 
@@ -91,8 +100,10 @@ def _dq_kernel(*refs, layout, st, shapes):
         q, k = _blocks(r, st)
         carry = (_read(r.scratch), tuple(a[...].reshape(s) for a, s in zip(r.param_grads,
                                                                             shapes)))
-        dqs, dps = bm.dq_step(st, r.load_params(st.param_tree, shapes), h, q, k, r["v"][...],
-                              r["do"][...], r["lse"][...], r["delta"][...], carry)
+        vs = bm.load_chunks(r["v"], (_ALL,), st.v_pieces)
+        dos = bm.load_chunks(r["do"], (_ALL,), st.v_pieces)
+        dqs, dps = bm.dq_step(st, r.load_params(st.param_tree, shapes), h, q, k, vs, dos,
+                              r["lse"][...], r["delta"][...], carry)
         _write(r.scratch, dqs)
         _write(r.param_grads, [g.reshape(a.shape) for a, g in zip(r.param_grads, dps)])
 
@@ -106,7 +117,8 @@ def _dq_kernel(*refs, layout, st, shapes):
 def _dkv_kernel(*refs, layout, st, nq, shapes):
     r = Refs(layout, refs)
     kh, t = pl.program_id(1), pl.program_id(3)
-    *dk_refs, dv_ref = r.scratch
+    n = len(st.pieces)
+    dk_refs, dv_refs = r.scratch[:n], r.scratch[n:]
     g, i = _div(t, nq), _rem(t, nq)
 
     @pl.when(t == 0)
@@ -118,18 +130,19 @@ def _dkv_kernel(*refs, layout, st, nq, shapes):
     def _():
         q, k = _blocks(r, st)
         params = r.load_params(st.param_tree, shapes)
-        dks, dv = bm.dkv_step(st, params, kh * st.groups + g, q, k,
-                              r["v"][...], r["do"][...], r["lse"][...], r["delta"][...],
-                              (_read(dk_refs), dv_ref[...]))
+        vs = bm.load_chunks(r["v"], (_ALL,), st.v_pieces)
+        dos = bm.load_chunks(r["do"], (_ALL,), st.v_pieces)
+        dks, dvs = bm.dkv_step(st, params, kh * st.groups + g, q, k, vs, dos, r["lse"][...],
+                               r["delta"][...], (_read(dk_refs), _read(dv_refs)))
         _write(dk_refs, dks)
-        dv_ref[...] = dv
+        _write(dv_refs, dvs)
 
     @pl.when(t == pl.num_programs(3) - 1)
     def _():
         k = bm.load_keys(r, st, (_ALL,), _ALL)
-        dks, dv = bm.dkv_finish(st, (_read(dk_refs), dv_ref[...]), k.cs)
+        dks, dvs = bm.dkv_finish(st, (_read(dk_refs), _read(dv_refs)), k.cs)
         bm.store_pieces(r.out["dk"], (_ALL,), st, dks)
-        r.out["dv"][...] = dv.astype(r.out["dv"].dtype)
+        bm.store_chunks(r.out["dv"], (_ALL,), st.v_pieces, dvs)
 
 
 def _specs(st, x, bq, bk, kind, nq):
@@ -178,7 +191,8 @@ def forward(st, x, params, plan, *, interpret):
     out = {"o": jax.ShapeDtypeStruct(x["q"].shape, x["q"].dtype),
            "lse": jax.ShapeDtypeStruct((b, h, lq, 1), F32)}
     specs = [pl.BlockSpec((None, None, bq, d), qi), pl.BlockSpec((None, None, bq, 1), qi)]
-    scratch = [pltpu.VMEM((bq, 1), F32), pltpu.VMEM((bq, 1), F32), pltpu.VMEM((bq, d), F32)]
+    scratch = [pltpu.VMEM((bq, 1), F32), pltpu.VMEM((bq, 1), F32)] + [
+        pltpu.VMEM((bq, w), F32) for _, w in st.v_pieces]
     return tuple(call(_fwd_kernel, inputs=x, params=params, outputs=out,
                       specs=_specs(st, x, bq, bk, "q", lq // bq), out_specs=specs,
                       grid=(b, h, lq // bq, x["k"].shape[2] // bk), scratch=scratch,
@@ -207,7 +221,7 @@ def backward(st, x, params, plan, *, interpret):
     ki = lambda b, k, j, t: (b, k, j, 0)
     out = {"dk": jax.ShapeDtypeStruct(x["k"].shape, x["k"].dtype),
            "dv": jax.ShapeDtypeStruct(x["v"].shape, x["v"].dtype)}
-    scratch = [pltpu.VMEM((bk, n), F32) for _, n in st.pieces] + [pltpu.VMEM((bk, d), F32)]
+    scratch = [pltpu.VMEM((bk, n), F32) for _, n in st.pieces + st.v_pieces]
     dk, dv = call(_dkv_kernel, inputs=xk, params=params, outputs=out,
                   specs=_specs(st, xk, bq, bk, "k", nq),
                   out_specs=[pl.BlockSpec((None, None, bk, d), ki)] * 2,

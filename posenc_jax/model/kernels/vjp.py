@@ -26,7 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from posenc_jax.model.kernels import gpu, tpu
-from posenc_jax.model.kernels.block_math import Static
+from posenc_jax.model.kernels.static import Static
 from posenc_jax.model.kernels.blocks import KernelBlocks
 
 __all__ = ["Plan", "core", "padded_length", "visibility"]
@@ -70,6 +70,12 @@ def visibility(st: Static, aux: dict, bq: int, bk: int):
         qs_min, qs_max = _block_min(qs, bq), _block_max(qs, bq, _INT_MIN)
         vis = vis & (qs_min[:, :, None] <= ks_max[:, None, :]) \
             & (ks_min[:, None, :] <= qs_max[:, :, None])
+    if st.window is not None:  # some q - k < window: q_min < k_max + window (saturating)
+        k_max = _block_max(jnp.where(valid, aux["kpos"][:, 0, :], _INT_MIN), bk, _INT_MIN)
+        q_min = _block_min(aux["qpos"][:, :, 0], bq)
+        sat = k_max > _INT_MAX - st.window                       # k_max + window overflows
+        reach = jnp.where(sat, _INT_MAX, k_max + st.window)
+        vis = vis & (sat[:, None, :] | (q_min[:, :, None] < reach[:, None, :]))
     b, nq, nk = valid.shape[0], aux["qpos"].shape[1] // bq, valid.shape[1] // bk
     return jnp.broadcast_to(vis, (b, nq, nk)).astype(jnp.int32)   # every (i, j) is read
 
