@@ -21,6 +21,8 @@ Keys (flax examples/lm1b names where they exist):
 import ml_collections
 from ml_collections import config_dict
 
+from posenc_jax.model import backends
+
 # Every logical axis of posenc_jax.model.transformer.LOGICAL_AXES must appear here.
 LOGICAL_AXIS_RULES = (
     ("batch", ("data", "fsdp")),
@@ -41,7 +43,7 @@ def model_config(**overrides) -> ml_collections.ConfigDict:
         "vocab_size": 256, "num_layers": 4, "embed_dim": 128, "num_heads": 4, "mlp_dim": 384,
         "num_kv_heads": config_dict.placeholder(int), "head_dim": config_dict.placeholder(int),
         "mlp_activation": "swiglu", "encoding": "rope",
-        "encoding_kwargs": ml_collections.ConfigDict(), "attention": "dense",
+        "encoding_kwargs": ml_collections.ConfigDict(), "attention": backends.DENSE,
         "block_size": 512, "causal": True, "tie_embeddings": True, "dtype": "float32",
         "param_dtype": "float32", "norm_eps": 1e-6,
         "dense_backend": config_dict.placeholder(str), "scan_layers": False})

@@ -38,7 +38,7 @@ from train import config_check, data, sharding
 from train import metrics as metrics_lib
 from train.evaluation import evaluate, evaluate_params, load_model  # noqa: F401 (public API)
 from train.runtime import Runtime
-from train.workdir_lock import WorkdirBusyError, WorkdirLock
+from train.workdir_lock import WorkdirBusyError, WorkdirError, WorkdirLock, checked_workdir
 
 CHECKPOINT_DIR = ckpt_lib.CHECKPOINT_DIR
 
@@ -79,7 +79,8 @@ class ConfigMismatchError(ValueError):
 
 
 #: Errors whose message is the whole story (the CLI prints it without a traceback).
-USER_ERRORS = (WorkdirBusyError, ConfigMismatchError, ckpt_lib.CheckpointSaveError,
+USER_ERRORS = (WorkdirBusyError, WorkdirError, ConfigMismatchError,
+               ckpt_lib.CheckpointSaveError,
                ckpt_lib.CheckpointError, NonFiniteLossError)
 
 
@@ -152,7 +153,7 @@ def train_and_evaluate(config, workdir: str, *, devices=None,
     if micro % shards:
         raise ValueError(f"batch_size / grad_accum_steps = {micro} rows per microbatch must be "
                          f"divisible by the mesh's data x fsdp = {shards} batch shards")
-    workdir = os.path.abspath(workdir)
+    workdir = checked_workdir(workdir)  # never '' (the current directory) or a file
     preemption = _Preemption()  # first, so a SIGTERM during setup is not fatal
     try:
         with WorkdirLock(workdir), ckpt_lib.quiet_failed_restores():

@@ -12,9 +12,9 @@ running normaliser l and the unnormalised output acc (Milakov & Gimelshein 2018;
 
 The encoding's bias hook is called on the block's own positions, so only [B, H, block_q,
 block_k] is ever live: ALiBi, T5 and Shaw never build [H, Lq, Lk] and memory is linear in the
-length. An encoding's `block_transform` (xPos) is applied to each (query block, key block)
-before scoring, and its `value_term` (Shaw's a^V, linear in the weights) is fed the block's
-unnormalised p and accumulated with p v. A bias that `needs_full_rows` (CoPE) is refused. A key block that the mask hides entirely (e.g. above the causal diagonal, or unfilled
+length. An encoding's `BlockTransform` (xPos) is applied to each (query block, key block)
+before scoring, and its `ValueTerm` (Shaw's a^V, linear in the weights) is fed the block's
+unnormalised p and accumulated with p v. A `RowBias` (CoPE: whole rows of logits) is refused. A key block that the mask hides entirely (e.g. above the causal diagonal, or unfilled
 cache slots) is skipped with `lax.cond`, which halves the work of causal attention.
 
 Lengths that are not multiples of the block sizes are padded (padded keys masked, padded query
@@ -35,7 +35,8 @@ import jax.numpy as jnp
 
 from posenc_jax.checks import positive_int
 from posenc_jax.encodings.base import Encoding
-from posenc_jax.model.scores import build_mask, check_capabilities, encoding_bias
+from posenc_jax.encodings.capabilities import BlockTransform, ValueTerm
+from posenc_jax.model.scores import build_mask, encoding_bias
 from posenc_jax.model.softmax_math import NEG, normalise, online_step
 
 __all__ = ["attend_blockwise"]
@@ -76,7 +77,6 @@ def attend_blockwise(q: Array, k: Array, v: Array, *, encoding: Encoding, params
       [B, Lq, H, D] in q.dtype.
     """
     block_q, block_k = positive_int("block_q", block_q), positive_int("block_k", block_k)
-    check_capabilities(encoding, implementation="blockwise", causal=causal)
     b, lq, h, d = q.shape
     lk, kh = k.shape[1], k.shape[2]
     if b == 0 or lq == 0 or lk == 0:  # as the dense path: no rows, or rows that see no key
@@ -111,7 +111,7 @@ def attend_blockwise(q: Array, k: Array, v: Array, *, encoding: Encoding, params
         def update(carry):
             m, l, acc = carry                   # [B, K, G, bq, 1], same, [B, K, G, bq, D] f32
             q_blk, k_blk = qb, kb
-            if encoding.has_block_transform:
+            if isinstance(encoding, BlockTransform):
                 q_blk, k_blk = encoding.block_transform(params, qb, kb, qpb, kpb)
             qg = q_blk.reshape(b, bq, kh, g, d)
             s = jnp.einsum("bqkgd,bskd->bkgqs", qg, k_blk,
@@ -125,8 +125,8 @@ def attend_blockwise(q: Array, k: Array, v: Array, *, encoding: Encoding, params
             m_new, l_new, p, alpha = online_step(m, l, s, m5)
             pv = jnp.einsum("bkgqs,bskd->bkgqd", p.astype(vb.dtype), vb,
                             preferred_element_type=jnp.float32)
-            extra = encoding.value_term(params, p.reshape(b, h, bq, -1), qpb, kpb)
-            if extra is not None:  # linear in p: rescaled by alpha like p v
+            if isinstance(encoding, ValueTerm):  # linear in p: rescaled by alpha like p v
+                extra = encoding.value_term(params, p.reshape(b, h, bq, -1), qpb, kpb)
                 pv = pv + extra.astype(jnp.float32).reshape(b, kh, g, bq, d)
             return m_new, l_new, alpha * acc + pv
 

@@ -1,8 +1,8 @@
 """Dense attention with explicit probabilities, for encodings whose hooks read what the fused
-`jax.nn.dot_product_attention` keeps inside: whole rows of logits (`needs_full_rows`, CoPE)
-or the attention weights (`value_term`, Shaw et al.'s a^V).
+`jax.nn.dot_product_attention` keeps inside: whole rows of logits (a `RowBias`, CoPE)
+or the attention weights (a `ValueTerm`, Shaw et al.'s a^V).
 
-    s = q k^T * scale (masked entries -1e30);  s += bias(..., logits=s);  p = softmax(s)
+    s = q k^T * scale (masked entries -1e30);  s += row_bias(..., logits=s);  p = softmax(s)
     out = p v + value_term(p)
 
 Same contract and masks as `posenc_jax.model.attention.attend` (a row that sees no key gives
@@ -19,6 +19,7 @@ import jax
 import jax.numpy as jnp
 
 from posenc_jax.encodings.base import Encoding
+from posenc_jax.encodings.capabilities import ValueTerm
 from posenc_jax.model.scores import encoding_bias
 from posenc_jax.model.softmax_math import NEG, normalise
 
@@ -52,7 +53,6 @@ def attend_explicit(q: Array, k: Array, v: Array, *, encoding: Encoding, params:
     p = normalise(p, jnp.sum(p, axis=-1, keepdims=True))                  # [B, H, Lq, Lk]
     out = jnp.einsum("bkgqs,bskd->bkgqd", p.reshape(b, kh, g, lq, lk).astype(v.dtype), v,
                      preferred_element_type=jnp.float32).reshape(b, h, lq, d)
-    extra = encoding.value_term(params, p, q_positions, k_positions)
-    if extra is not None:
-        out = out + extra.astype(jnp.float32)
+    if isinstance(encoding, ValueTerm):
+        out = out + encoding.value_term(params, p, q_positions, k_positions).astype(jnp.float32)
     return jnp.transpose(out, (0, 2, 1, 3)).astype(q.dtype)               # [B, Lq, H, D]

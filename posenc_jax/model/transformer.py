@@ -63,9 +63,10 @@ from flax.core import meta as flax_meta
 from flax.core import spmd as flax_spmd
 
 from posenc_jax.checks import token_ids
+from posenc_jax.encodings import capabilities
 from posenc_jax.encodings.base import Encoding
-from posenc_jax.model import kv_cache, scan
-from posenc_jax.model.attention import as_2d, attend, rotates_inside
+from posenc_jax.model import kv_cache, rotation, scan
+from posenc_jax.model.attention import as_2d, attend
 from posenc_jax.model.config import TransformerConfig
 from posenc_jax.model.generate import generate
 from posenc_jax.model.kv_cache import KVCache, init_cache
@@ -127,13 +128,15 @@ class RMSNorm(nnx.Module):
 def encoding_params(encoding: Encoding, key: Array, param_dtype, *, hooks: tuple[str, ...]
                     ) -> nnx.Dict:
     """The encoding's params as an `nnx.Dict` of `nnx.Param`s, sharded by the logical axes the
-    encoding declares (`param_axes`); empty unless one of `hooks` ("embed", "rotate", "bias", ...)
-    is a hook the encoding uses, so no module carries a table that it never reads."""
-    if not any(getattr(encoding, f"has_{hook}") for hook in hooks):
+    encoding declares (`capabilities.ParamAxes`); empty unless one of `hooks` ("embed",
+    "rotate", "bias") is in the encoding's declared `hooks` (every capability refines one of
+    them), so no module carries a table that it never reads."""
+    if not set(hooks) & encoding.hooks:
         return nnx.Dict({})
     out = {}
+    axes = capabilities.param_axes(encoding)
     for name, value in encoding.init(key).items():
-        names = encoding.param_axes.get(name, (None,) * jnp.ndim(value))
+        names = axes.get(name, (None,) * jnp.ndim(value))
         if len(names) != jnp.ndim(value):
             raise ValueError(f"encoding {encoding.name!r} declares param_axes[{name!r}]={names} "
                              f"for a param of shape {jnp.shape(value)}")
@@ -162,7 +165,7 @@ class Attention(nnx.Module):
         self.o_proj = _param(_normal(rngs.params(), (h, d, e), h * d),
                              ("heads", "kv", "embed"), pd)
         self.pe = encoding_params(encoding, rngs.params(), pd,
-                                  hooks=("rotate", "bias", "value_term", "block_transform"))
+                                  hooks=("rotate", "bias"))
 
     def __call__(self, x: Array, positions: Array, segment_ids: Array | None,
                  memory: kv_cache.Memory | None, layer: int,
@@ -179,9 +182,9 @@ class Attention(nnx.Module):
         v = constrain(v, ("batch", "length", "kv_heads", "kv"))
         rotary = positions if rotary_positions is None else rotary_positions
         seq_positions = rotary if memory is None else memory.seq_positions
-        raw = rotates_inside(self.encoding, cfg.attention)  # the kernel rotates in-kernel
+        raw = rotation.rotates_inside(self.encoding, cfg.attention)  # deferred to attention
         if not raw:
-            q, k = kv_cache.rotate(self.encoding, pe, q, k, rotary, seq_positions)
+            q, k = rotation.rotate_new(self.encoding, pe, q, k, rotary, seq_positions)
         if memory is None:
             k_all, v_all, new = k, v, None
             kp, ks, km = positions, segment_ids, None
@@ -193,8 +196,7 @@ class Attention(nnx.Module):
         out = attend(q, k_all, v_all, encoding=self.encoding, params=pe, q_positions=positions,
                      k_positions=kp, causal=cfg.causal, q_segment_ids=segment_ids,
                      k_segment_ids=ks, k_mask=km, implementation=cfg.attention,
-                     block_q=cfg.block_size, block_k=cfg.block_size,
-                     dense_backend=cfg.dense_backend, rotated=not raw,
+                     block_q=cfg.block_size, block_k=cfg.block_size, rotated=not raw,
                      kernel_blocks=cfg.kernel_blocks)
         out = constrain(out, ("batch", "length", "heads", "kv"))
         return jnp.einsum("bthd,hde->bte", out, self.o_proj[...].astype(dt)), new
@@ -265,7 +267,7 @@ class Transformer(nnx.Module):
           tokens: int [B, L].
           positions: int [B, L] or [L]; default arange(L) (with a cache: the slots after the
             cached ones, `cache.index + arange(L)`). A model whose encoding declares
-            `position_axes` A > 1 (mrope) also takes [A, B, L]; its masks then follow the
+            `MultiAxisPositions` A > 1 (mrope) also takes [A, B, L]; its masks then follow the
             token order (arange(L), or the cache slots).
           segment_ids: int [B, L] or [L]: tokens attend only within their segment (packing).
           cache: a `KVCache` from `init_cache`: prefill (L > 1) and decode (L = 1) alike.
@@ -284,7 +286,7 @@ class Transformer(nnx.Module):
             return kv_cache.step(self, tokens, positions, segment_ids, cache)
         length = tokens.shape[1]
         if positions is None:
-            max_len = self.config.input_encoding.max_positions
+            max_len = self.config.max_positions
             if max_len is not None and length > max_len:
                 raise ValueError(f"input length L={length} exceeds the {self.config.encoding} "
                                  f"encoding's max_len={max_len} positions")

@@ -27,8 +27,9 @@ import numpy as np
 
 from posenc_jax.checks import integer_array, positive_int
 from posenc_jax.encodings.base import Encoding, KernelRotation
-from posenc_jax.model.kernels.static import Static
+from posenc_jax.encodings.capabilities import BlockTransform, ElementwiseBias, ValueTerm
 from posenc_jax.model.kernels.blocks import kernel_blocks
+from posenc_jax.model.kernels.static import Static
 from posenc_jax.model.kernels.vjp import core, padded_length
 from posenc_jax.model.scores import encoding_bias
 
@@ -38,11 +39,11 @@ __all__ = ["check_heads", "check_supported", "flash_attention", "int32_positions
 def check_supported(encoding: Encoding) -> None:
     """ValueError unless the kernel can compute this encoding's bias in-kernel (and the
     encoding declares no hook the kernel lacks: a value term or a block transform)."""
-    if encoding.has_value_term or encoding.has_block_transform:
-        raise ValueError(
+    if isinstance(encoding, (ValueTerm, BlockTransform)):
+        raise ValueError(  # noqa: TRY004  (a capability the kernel lacks, not a wrong type)
             f"encoding {encoding.name!r} declares a value_term or a block_transform, which the "
             "Pallas kernel does not apply; use attention='blockwise' or 'dense'")
-    if encoding.has_bias and not encoding.has_elementwise_bias:
+    if "bias" in encoding.hooks and not isinstance(encoding, ElementwiseBias):
         raise ValueError(
             f"encoding {encoding.name!r} has a score bias that is not an elementwise function "
             "of (query position, key position, head), so the Pallas kernel cannot compute it "
@@ -124,7 +125,7 @@ def flash_attention(q, k, v, *, encoding: Encoding, params: Any, q_positions, k_
     integer_array("k_positions", k_positions)
     b, lq, h, d = q.shape
     lk, kh = k.shape[1], k.shape[2]
-    if encoding.has_elementwise_bias:
+    if isinstance(encoding, ElementwiseBias):
         check_heads(encoding, params, h)
     if b == 0 or lq == 0 or lk == 0:  # as dense: no rows, or rows that see no key -> zeros
         return jnp.zeros(q.shape, q.dtype)
@@ -155,10 +156,10 @@ def flash_attention(q, k, v, *, encoding: Encoding, params: Any, q_positions, k_
         inv = jnp.asarray(rotation.inv_freq, jnp.float32)
         factor = jnp.asarray(rotation.attention_factor, jnp.float32)
         aux["rot"] = jnp.stack([inv, jnp.broadcast_to(factor, inv.shape)])   # [2, R]
-    leaves, tree = jax.tree.flatten(params if encoding.has_elementwise_bias else {})
+    leaves, tree = jax.tree.flatten(params if isinstance(encoding, ElementwiseBias) else {})
     st = Static(causal=bool(causal), segments=segments, scale=1.0 / math.sqrt(d),
                 num_heads=h, groups=h // kh, head_dim=d, rotary=r,
-                encoding=encoding if encoding.has_elementwise_bias else None,
+                encoding=encoding if isinstance(encoding, ElementwiseBias) else None,
                 param_tree=tree, block_q=min(block_q, padded_length(lq)[1]),
                 block_k=min(block_k, padded_length(lk)[1]), cpu_kernel=cpu_kernel,
                 blocks=kernel_blocks(blocks), interpret=interpret,

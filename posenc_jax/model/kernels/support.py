@@ -19,6 +19,7 @@ import jax
 import jax.numpy as jnp
 
 from posenc_jax.encodings.base import Encoding
+from posenc_jax.encodings.capabilities import ElementwiseBias, KernelRotary
 from posenc_jax.model.kernels.flash import check_supported, flash_attention
 
 __all__ = ["PLATFORMS", "unsupported_reason"]
@@ -52,7 +53,7 @@ def unsupported_reason(encoding: Encoding, *, platform: str, head_dim: int, num_
         return (f"head_dim={head_dim}, num_heads={num_heads}, num_kv_heads={kv}: the heads "
                 "must be positive and num_kv_heads must divide num_heads")
     enc_heads = getattr(encoding, "num_heads", None)
-    if encoding.has_elementwise_bias and enc_heads not in (None, num_heads):
+    if isinstance(encoding, ElementwiseBias) and enc_heads not in (None, num_heads):
         return (f"encoding {encoding.name!r} has num_heads={enc_heads} but the attention has "
                 f"num_heads={num_heads}")
     if platform == "cpu":
@@ -77,7 +78,7 @@ def _trial(encoding, platform, head_dim, num_heads, kv, causal, window, segments
 
     def f(q, k, v, params, pos):
         seg = jnp.zeros_like(pos) if segments else None
-        rotation = (encoding.kernel_rotation(params) if encoding.has_kernel_rotation
+        rotation = (encoding.kernel_rotation(params) if isinstance(encoding, KernelRotary)
                     else None)
 
         def attn(q, k, v, params):
