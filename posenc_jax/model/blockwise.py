@@ -3,9 +3,9 @@
 Queries are cut into blocks of `block_q` rows and keys into blocks of `block_k` columns. For
 each query block a `lax.scan` runs over the key blocks keeping the running row maximum m, the
 running normaliser l and the unnormalised output acc (Milakov & Gimelshein 2018; Dao et al.
-2022):
+2022), with the update and normalisation of `posenc_jax.model.softmax_math`:
 
-    s      = q_blk k_blk^T * scale + bias(q_pos_blk, k_pos_blk)    masked entries -> -1e30
+    s      = q_blk k_blk^T * scale + bias(q_pos_blk, k_pos_blk)    masked entries -> NEG
     m'     = max(m, rowmax(s));   p = exp(s - m') (0 where masked)
     l'     = exp(m - m') l + rowsum(p);   acc' = exp(m - m') acc + p v_blk
     out    = acc / l        (0 where l == 0: a row that sees no key gives zeros, not NaN)
@@ -37,11 +37,11 @@ from posenc_jax.checks import positive_int
 from posenc_jax.encodings.base import Encoding
 from posenc_jax.encodings.capabilities import BlockTransform, ValueTerm
 from posenc_jax.model.scores import build_mask, encoding_bias
+from posenc_jax.model.softmax_math import NEG, normalise, online_step
 
 __all__ = ["attend_blockwise", "attend_blockwise_lse"]
 
 Array = jax.Array
-_NEG = -1e30  # a finite "minus infinity": exp(_NEG - m) underflows to 0, never NaN
 
 
 def _pad(x: Array | None, axis: int, size: int, value=0) -> Array | None:
@@ -102,9 +102,8 @@ def attend_blockwise_lse(q: Array, k: Array, v: Array, *, encoding: Encoding, pa
     block_q, block_k = positive_int("block_q", block_q), positive_int("block_k", block_k)
     b, lq, h, d = q.shape
     lk, kh = k.shape[1], k.shape[2]
-    if lq == 0 or lk == 0:  # as the dense path: no query rows, or rows that see no key
-        return (jnp.zeros(q.shape, jnp.float32),
-                jnp.full(q.shape[:3], _NEG, jnp.float32))
+    if b == 0 or lq == 0 or lk == 0:  # as the dense path: no rows, or rows that see no key
+        return (jnp.zeros(q.shape, jnp.float32), jnp.full(q.shape[:3], NEG, jnp.float32))
     g = h // kh
     bq, bk = min(block_q, lq), min(block_k, lk)
     nq, nk = -(-lq // bq), -(-lk // bk)
@@ -134,7 +133,7 @@ def attend_blockwise_lse(q: Array, k: Array, v: Array, *, encoding: Encoding, pa
                           k_mask=vmb, window=window) if has_mask else None  # [B|1,1,bq,bk]
 
         def update(carry):
-            m, l, acc = carry                   # [B, K, G, bq], same, [B, K, G, bq, D] f32
+            m, l, acc = carry                   # [B, K, G, bq, 1], same, [B, K, G, bq, D] f32
             q_blk, k_blk = qb, kb
             if isinstance(encoding, BlockTransform):
                 q_blk, k_blk = encoding.block_transform(params, qb, kb, qpb, kpb)
@@ -144,21 +143,16 @@ def attend_blockwise_lse(q: Array, k: Array, v: Array, *, encoding: Encoding, pa
             bias = encoding_bias(encoding, params, qpb, kpb, (q_blk * scale).astype(qb.dtype), h)
             if bias is not None:                                          # [B|1, H, bq, bk]
                 s = s + bias.reshape(bias.shape[0], kh, g, bq, bk)
-            if mask is not None:
-                m5 = mask[:, :, None]                                     # [B|1, 1, 1, bq, bk]
-                s = jnp.where(m5, s, jnp.float32(_NEG))
-            m_new = jnp.maximum(m, jnp.max(s, axis=-1))
-            p = jnp.exp(s - m_new[..., None])
-            if mask is not None:
-                p = jnp.where(m5, p, jnp.float32(0.0))
-            alpha = jnp.exp(m - m_new)
-            l_new = alpha * l + jnp.sum(p, axis=-1)
+            m5 = None if mask is None else mask[:, :, None]               # [B|1, 1, 1, bq, bk]
+            if m5 is not None:
+                s = jnp.where(m5, s, jnp.float32(NEG))
+            m_new, l_new, p, alpha = online_step(m, l, s, m5)
             pv = jnp.einsum("bkgqs,bskd->bkgqd", p.astype(vb.dtype), vb,
                             preferred_element_type=jnp.float32)
             if isinstance(encoding, ValueTerm):  # linear in p: rescaled by alpha like p v
                 extra = encoding.value_term(params, p.reshape(b, h, bq, -1), qpb, kpb)
                 pv = pv + extra.astype(jnp.float32).reshape(b, kh, g, bq, d)
-            return m_new, l_new, alpha[..., None] * acc + pv
+            return m_new, l_new, alpha * acc + pv
 
         if mask is None:
             return update(carry), None
@@ -166,16 +160,15 @@ def attend_blockwise_lse(q: Array, k: Array, v: Array, *, encoding: Encoding, pa
 
     def query_block(xs):
         qb, qpb, qsb = xs
-        init = (jnp.full((b, kh, g, bq), _NEG, jnp.float32),
-                jnp.zeros((b, kh, g, bq), jnp.float32),
+        init = (jnp.full((b, kh, g, bq, 1), NEG, jnp.float32),
+                jnp.zeros((b, kh, g, bq, 1), jnp.float32),
                 jnp.zeros((b, kh, g, bq, d), jnp.float32))
         step = jax.checkpoint(lambda c, x: key_step(c, x, qb, qpb, qsb), prevent_cse=False)
         (m, l, acc), _ = jax.lax.scan(step, init, (k_blk, v_blk, kp_blk, ks_blk, valid_blk))
-        seen = l > 0
-        safe_l = jnp.where(seen, l, 1.0)
-        out = jnp.where(seen[..., None], acc / safe_l[..., None], 0.0)
-        lse = jnp.where(seen, m + jnp.log(safe_l), jnp.float32(_NEG)).reshape(b, h, bq)
-        out = out.reshape(b, h, bq, d)                                   # head h = k * G + g
+        out = normalise(acc, l).reshape(b, h, bq, d)                     # head h = k * G + g
+        seen = l[..., 0] > 0                      # a row that sees no key: lse NEG (merges as 0)
+        lse = jnp.where(seen, m[..., 0] + jnp.log(jnp.where(seen, l[..., 0], 1.0)),
+                        jnp.float32(NEG)).reshape(b, h, bq)
         return jnp.transpose(out, (0, 2, 1, 3)), jnp.transpose(lse, (0, 2, 1))
 
     out, lse = jax.lax.map(jax.checkpoint(query_block, prevent_cse=False),

@@ -207,7 +207,8 @@ class Attention(nnx.Module):
                          q_positions=positions, k_positions=kp, causal=cfg.causal,
                          q_segment_ids=segment_ids, k_segment_ids=ks, k_mask=km,
                          implementation=cfg.attention, block_q=cfg.block_size,
-                         block_k=cfg.block_size, rotated=not raw)
+                         block_k=cfg.block_size, rotated=not raw,
+                         kernel_blocks=cfg.kernel_blocks)
         out = constrain(out, ("batch", "length", "heads", "kv"))
         return jnp.einsum("bthd,hde->bte", out, self.o_proj[...].astype(dt)), new
 
