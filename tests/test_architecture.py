@@ -39,6 +39,7 @@ TORCH_ONLY = {
     "benchmarks/vs_pytorch.py": "its torch worker process (bench extra; CI runs the JAX side)",
     "scripts/make_*golden*.py": "golden-file writers, run in a throwaway venv",
     "scripts/hf_golden_*.py": "golden-file writers' parts, run in a throwaway venv",
+    "scripts/pretrained_golden_*.py": "golden-file writers' parts, run in a throwaway venv",
 }
 HEAVY = ("torch", "transformers")
 

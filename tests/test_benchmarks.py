@@ -45,6 +45,8 @@ SMOKE = [
           ("summary", "matmul 128^3") + (("x torch",) if HAVE_TORCH
                                           else ("torch side NOT run", "cannot import torch")),
           slow=True),
+    Smoke("kernel_device.py", ("--smoke",), ("kernel/smollm2/D=64", "gemma3_sliding/L=64"),
+          slow=True),
 ]
 # Benchmarks another test already runs in a smoke mode: {script: the test file that does}.
 ELSEWHERE = {

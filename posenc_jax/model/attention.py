@@ -59,7 +59,8 @@ def attend(q: Array, k: Array, v: Array, *, encoding: Encoding, params: Any = No
            q_segment_ids: Array | None = None, k_segment_ids: Array | None = None,
            k_mask: Array | None = None, implementation: str = backends.DENSE,
            block_q: int = 256, block_k: int = 256,
-           dense_backend: str | None = None, rotated: bool = True) -> Array:
+           dense_backend: str | None = None, rotated: bool = True,
+           kernel_blocks: Any = None) -> Array:
     """Multi-head (or grouped-query) attention with the encoding's bias and explicit masks.
 
     Args:
@@ -79,6 +80,7 @@ def attend(q: Array, k: Array, v: Array, *, encoding: Encoding, params: Any = No
       dense_backend: deprecated (None, "xla" or "cudnn"; see `backends.resolve`).
       rotated: False when q and k are raw (see `rotation.rotates_inside`): a backend that
         rotates inside then applies the rotation, any other calls the rotate hook here.
+      kernel_blocks: the kernel's GPU / TPU block sizes (`kernels.blocks.kernel_blocks`).
 
     Returns:
       [B, Lq, H, D] in q.dtype; zeros for query rows that see no key.
@@ -124,7 +126,8 @@ def attend(q: Array, k: Array, v: Array, *, encoding: Encoding, params: Any = No
         return backend.call(backends.Inputs(
             q=q, k=k, v=v, encoding=encoding, params=params, q_positions=qp, k_positions=kp,
             q_segment_ids=qs, k_segment_ids=ks, k_mask=km, causal=causal, block_q=block_q,
-            block_k=block_k, rotation=rot, same_positions=same_positions and km is None))
+            block_k=block_k, rotation=rot, same_positions=same_positions and km is None,
+            kernel_blocks=kernel_blocks))
 
     return backends.run(name, encoding, (q, k, v, (qp, kp, qs, ks, km)), body, causal=causal,
                         shapes=shapes)

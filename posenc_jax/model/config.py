@@ -24,6 +24,7 @@ import dataclasses
 import warnings
 from typing import Any
 
+import jax
 import jax.numpy as jnp
 
 from posenc_jax._frozen import _FrozenDict, freeze, thaw
@@ -31,6 +32,9 @@ from posenc_jax.checks import boolean, finite_float, positive_int
 from posenc_jax.encodings import capabilities
 from posenc_jax.encodings.base import Encoding, for_model
 from posenc_jax.model import backends
+from posenc_jax.model.context_parallel import check_mode as check_context_mode
+from posenc_jax.model.kernels import unsupported_reason
+from posenc_jax.model.kernels.blocks import kernel_blocks
 from posenc_jax.model.scan import check_scannable
 
 __all__ = ["TransformerConfig", "freeze", "thaw"]
@@ -79,6 +83,9 @@ class TransformerConfig:
         `backends.choose` picks per platform); validated by asking the registry whether it
         runs every encoding of the model. block_size: the blockwise block (queries and keys; 128-256 was fastest on a 2-core
         CPU, see benchmarks/attention.py), also the kernel's interpret-mode block.
+      kernel_blocks: the kernel's GPU / TPU block sizes per pass, e.g.
+        `{"gpu": {"block_q": 128, "num_warps": 8}}` (None: defaults by head dim; see
+        `posenc_jax.model.kernels.blocks`); validated here, stored as a `KernelBlocks`.
       causal: decoder (True) or bidirectional attention.
       tie_embeddings: the output projection is the token embedding's transpose.
       dtype: activation/compute dtype; param_dtype: parameter storage dtype.
@@ -87,6 +94,9 @@ class TransformerConfig:
       scan_layers: run the blocks as one `jax.lax.scan` (compile time independent of depth;
         same params and checkpoints as the loop); needs one encoding for every layer. See
         `posenc_jax.model.scan`.
+      context_mode: "ring" or "all_gather": how attention gathers keys when the mesh and
+        logical rules split the sequence ("length" -> a mesh axis of size > 1); see
+        `posenc_jax.model.context_parallel`. Unused otherwise.
     """
 
     vocab_size: int
@@ -102,6 +112,7 @@ class TransformerConfig:
     layer_encodings: Any = None
     attention: str = backends.DENSE
     block_size: int = 256
+    kernel_blocks: Any = None
     causal: bool = True
     tie_embeddings: bool = True
     dtype: Any = "float32"
@@ -109,6 +120,7 @@ class TransformerConfig:
     norm_eps: float = 1e-6
     dense_backend: str | None = None
     scan_layers: bool = False
+    context_mode: str = "ring"
 
     def __post_init__(self):
         def set_(key, value):
@@ -138,6 +150,7 @@ class TransformerConfig:
                           stacklevel=3)
             set_("dense_backend", None)
         positive_int("block_size", self.block_size)
+        set_("kernel_blocks", kernel_blocks(thaw(self.kernel_blocks)))
         set_("dtype", _float_dtype("dtype", self.dtype))
         set_("param_dtype", _float_dtype("param_dtype", self.param_dtype))
         set_("norm_eps", finite_float("norm_eps", self.norm_eps, above=0.0))
@@ -153,11 +166,15 @@ class TransformerConfig:
         object.__setattr__(self, "_encodings", encs)
         for enc in encs.values():  # can the attention backend run every encoding?
             backends.check(self.attention, enc, causal=self.causal)
-        axes = sorted({capabilities.position_axes(enc) for enc in encs.values()} - {1})
-        if len(axes) > 1:
+            if self.attention == backends.PALLAS:
+                self._check_kernel_lowers(enc)
+        axes = sorted({capabilities.position_axes(enc) for enc in encs.values()
+                       if enc.hooks})  # those that read positions (not nope)
+        if len(axes) > 1:  # e.g. ["mrope", "rope"]: rope would get mrope's [3, B, L]
             raise ValueError(f"the encodings take positions with different axes {axes}; a "
                              "model takes one positions shape")
         boolean("scan_layers", self.scan_layers)
+        check_context_mode(self.context_mode)
         if self.scan_layers:
             check_scannable(self.layer_encodings)
         for i, entry in enumerate(self.layer_encodings or ()):
@@ -165,6 +182,19 @@ class TransformerConfig:
                 raise ValueError(
                     f"layer_encodings[{i}]={entry[0]!r} is additive (an embed hook); additive "
                     f"encodings act only at the input: set encoding={entry[0]!r} instead")
+
+    def _check_kernel_lowers(self, enc: Encoding) -> None:
+        """ValueError naming the shape when the kernel cannot lower for this host's GPU/TPU
+        (`kernels.unsupported_reason`; CPU interpret mode takes every shape)."""
+        platform = {"gpu": "cuda", "tpu": "tpu"}.get(jax.default_backend())
+        if platform is None:
+            return
+        reason = unsupported_reason(enc, platform=platform, head_dim=self.head_dim,
+                                    num_heads=self.num_heads, num_kv_heads=self.num_kv_heads,
+                                    causal=self.causal, dtype=self.dtype)
+        if reason is not None:
+            raise ValueError(f"attention='pallas': {reason}; use attention='auto', "
+                             "'blockwise' or 'dense'")
 
     def _freeze_layers(self, layers: Any) -> tuple | None:
         if layers is None:

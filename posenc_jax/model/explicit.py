@@ -21,11 +21,11 @@ import jax.numpy as jnp
 from posenc_jax.encodings.base import Encoding
 from posenc_jax.encodings.capabilities import ValueTerm
 from posenc_jax.model.scores import encoding_bias
+from posenc_jax.model.softmax_math import NEG, normalise
 
 __all__ = ["attend_explicit"]
 
 Array = jax.Array
-_NEG = -1e30  # a finite "minus infinity", as blockwise attention: sigmoid/exp of it are 0
 
 
 def attend_explicit(q: Array, k: Array, v: Array, *, encoding: Encoding, params: Any,
@@ -40,18 +40,17 @@ def attend_explicit(q: Array, k: Array, v: Array, *, encoding: Encoding, params:
                    preferred_element_type=jnp.float32).reshape(b, h, lq, lk)
     s = s * jnp.float32(scale)
     if mask is not None:
-        s = jnp.where(mask, s, jnp.float32(_NEG))
+        s = jnp.where(mask, s, jnp.float32(NEG))
     bias = encoding_bias(encoding, params, q_positions, k_positions,
                          (q * scale).astype(q.dtype), h, logits=s)
     if bias is not None:
         s = s + bias
         if mask is not None:
-            s = jnp.where(mask, s, jnp.float32(_NEG))
+            s = jnp.where(mask, s, jnp.float32(NEG))
     p = jnp.exp(s - jax.lax.stop_gradient(jnp.max(s, axis=-1, keepdims=True)))
     if mask is not None:
         p = jnp.where(mask, p, jnp.float32(0.0))
-    total = jnp.sum(p, axis=-1, keepdims=True)
-    p = p / jnp.where(total > 0, total, jnp.float32(1.0))                  # [B, H, Lq, Lk]
+    p = normalise(p, jnp.sum(p, axis=-1, keepdims=True))                  # [B, H, Lq, Lk]
     out = jnp.einsum("bkgqs,bskd->bkgqd", p.reshape(b, kh, g, lq, lk).astype(v.dtype), v,
                      preferred_element_type=jnp.float32).reshape(b, h, lq, d)
     if isinstance(encoding, ValueTerm):

@@ -65,7 +65,7 @@ from flax.core import spmd as flax_spmd
 from posenc_jax.checks import token_ids
 from posenc_jax.encodings import capabilities
 from posenc_jax.encodings.base import Encoding
-from posenc_jax.model import kv_cache, rotation, scan
+from posenc_jax.model import context_parallel, kv_cache, rotation, scan
 from posenc_jax.model.attention import as_2d, attend
 from posenc_jax.model.config import TransformerConfig
 from posenc_jax.model.generate import generate
@@ -182,7 +182,9 @@ class Attention(nnx.Module):
         v = constrain(v, ("batch", "length", "kv_heads", "kv"))
         rotary = positions if rotary_positions is None else rotary_positions
         seq_positions = rotary if memory is None else memory.seq_positions
-        raw = rotation.rotates_inside(self.encoding, cfg.attention)  # deferred to attention
+        # A mesh splitting "length" (context parallelism): the ring / all-gather over it.
+        context = context_parallel.current_context_axis() if memory is None else None
+        raw = rotation.rotates_inside(self.encoding, cfg.attention) and context is None
         if not raw:
             q, k = rotation.rotate_new(self.encoding, pe, q, k, rotary, seq_positions)
         if memory is None:
@@ -193,10 +195,20 @@ class Attention(nnx.Module):
             new = (k_all, v_all)
             k_all, v_all = k_all.astype(dt), v_all.astype(dt)  # a cache may store another dtype
             kp, ks, km = memory.positions, memory.segment_ids, memory.valid
-        out = attend(q, k_all, v_all, encoding=self.encoding, params=pe, q_positions=positions,
-                     k_positions=kp, causal=cfg.causal, q_segment_ids=segment_ids,
-                     k_segment_ids=ks, k_mask=km, implementation=cfg.attention,
-                     block_q=cfg.block_size, block_k=cfg.block_size, rotated=not raw)
+        if context is not None:
+            out = context_parallel.context_attention(
+                q, k_all, v_all, encoding=self.encoding, params=pe, q_positions=positions,
+                k_positions=kp, causal=cfg.causal, q_segment_ids=segment_ids,
+                k_segment_ids=ks, mesh=context.mesh, context_axis=context.axis,
+                batch_axes=context.batch_axes, mode=cfg.context_mode,
+                block_q=cfg.block_size, block_k=cfg.block_size)
+        else:
+            out = attend(q, k_all, v_all, encoding=self.encoding, params=pe,
+                         q_positions=positions, k_positions=kp, causal=cfg.causal,
+                         q_segment_ids=segment_ids, k_segment_ids=ks, k_mask=km,
+                         implementation=cfg.attention, block_q=cfg.block_size,
+                         block_k=cfg.block_size, rotated=not raw,
+                         kernel_blocks=cfg.kernel_blocks)
         out = constrain(out, ("batch", "length", "heads", "kv"))
         return jnp.einsum("bthd,hde->bte", out, self.o_proj[...].astype(dt)), new
 

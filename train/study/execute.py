@@ -94,11 +94,14 @@ def _check_memory(plan: Plan, shards: int) -> None:
             rows = eval_rows(int(config.eval_batch_tokens), n, shards)
             need = eval_bytes(mc, batch=rows, length=n, attention=attention, block=block)
             if need > limit:
+                fixes = ("lower eval_batch_tokens or eval_block_size, or drop the length"
+                         if attention == backends.BLOCKWISE else  # never what it already is
+                         f"use eval_attention={backends.BLOCKWISE!r}, lower eval_batch_tokens, "
+                         "or drop the length")
                 raise ValueError(
                     f"eval length {n} with {attention} attention needs about {need / 2**30:.1f} "
                     f"GiB (batch {rows}) > config.max_eval_memory_gb={config.max_eval_memory_gb};"
-                    f" use eval_attention={backends.BLOCKWISE!r}, lower eval_batch_tokens, or "
-                    "drop the length")
+                    f" {fixes}")
 
 
 def prepare(plan: Plan, runtime: Runtime) -> Context:

@@ -91,23 +91,25 @@ def parse_names(value: Any, *, what: str, valid) -> tuple[str, ...]:
     return tuple(names)
 
 
-def length(raw: Any, *, train_len: int) -> int:
-    """One length expression ('L/2', '4L', '2*L', '100') -> a positive int (L = train_len)."""
+def length(raw: Any, *, train_len: int, what: str = "eval length",
+           where: str = " in config.eval_lengths") -> int:
+    """One length expression ('L/2', '4L', '2*L', '100') -> a positive int (L = train_len);
+    errors say `what` it is and `where` it came from (the finetune's length is no eval length)."""
     text = str(raw).strip().replace(" ", "")
     m = re.fullmatch(r"(\d+)?\*?L(?:/(\d+))?", text)
     if m:
         mult, div = int(m.group(1) or 1), int(m.group(2) or 1)
         if div == 0 or (mult * train_len) % div:
-            raise ValueError(f"eval length {text!r} is not a whole number of tokens for "
+            raise ValueError(f"{what} {text!r} is not a whole number of tokens for "
                              f"L={train_len}")
         value = mult * train_len // div
     elif re.fullmatch(r"\d+", text):
         value = int(text)
     else:
-        raise ValueError(f"eval length {raw!r} in config.eval_lengths must be a positive int "
+        raise ValueError(f"{what} {raw!r}{where} must be a positive int "
                          "or a multiple of L such as 'L/2', 'L', '4L'")
     if value < 1:
-        raise ValueError(f"eval length {raw!r} must be a positive number of tokens, got {value}")
+        raise ValueError(f"{what} {raw!r} must be a positive number of tokens, got {value}")
     return value
 
 

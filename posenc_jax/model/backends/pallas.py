@@ -33,7 +33,7 @@ def _call(x: Inputs):
         x.q, x.k, x.v, encoding=x.encoding, params=x.params, q_positions=x.q_positions,
         k_positions=x.k_positions, q_segment_ids=x.q_segment_ids,
         k_segment_ids=x.k_segment_ids, k_mask=x.k_mask, causal=x.causal, rotation=x.rotation,
-        block_q=_pow2(x.block_q), block_k=_pow2(x.block_k))
+        block_q=_pow2(x.block_q), block_k=_pow2(x.block_k), blocks=x.kernel_blocks)
 
 
 BACKEND = register(Backend(

@@ -75,6 +75,7 @@ class Inputs(NamedTuple):
     block_k: int
     rotation: cap.KernelRotation | None
     same_positions: bool
+    kernel_blocks: Any = None      # the Pallas kernel's block sizes (`kernels.blocks`)
 
 
 def bias_kind(encoding: Encoding) -> str | None:
