@@ -60,7 +60,7 @@ def attend(q: Array, k: Array, v: Array, *, encoding: Encoding, params: Any = No
            k_mask: Array | None = None, implementation: str = backends.DENSE,
            block_q: int = 256, block_k: int = 256,
            dense_backend: str | None = None, rotated: bool = True,
-           kernel_blocks: Any = None) -> Array:
+           kernel_blocks: Any = None, window: int | None = None) -> Array:
     """Multi-head (or grouped-query) attention with the encoding's bias and explicit masks.
 
     Args:
@@ -81,6 +81,9 @@ def attend(q: Array, k: Array, v: Array, *, encoding: Encoding, params: Any = No
       rotated: False when q and k are raw (see `rotation.rotates_inside`): a backend that
         rotates inside then applies the rotation, any other calls the rotate hook here.
       kernel_blocks: the kernel's GPU / TPU block sizes (`kernels.blocks.kernel_blocks`).
+      window: a sliding window W (None: unlimited): key kp is visible to query qp only if
+        qp - kp < W (with the other masks), from positions; backends whose record has
+        `sliding_window` take it ("auto" chooses among them).
 
     Returns:
       [B, Lq, H, D] in q.dtype; zeros for query rows that see no key.
@@ -109,7 +112,8 @@ def attend(q: Array, k: Array, v: Array, *, encoding: Encoding, params: Any = No
     boolean("causal", causal)
     if (q_segment_ids is None) != (k_segment_ids is None):
         raise ValueError("give both q_segment_ids and k_segment_ids, or neither")
-    shapes = backends.Shapes(batch=b, q_len=lq, k_len=lk, heads=h, kv_heads=kh, head_dim=d)
+    shapes = backends.Shapes(batch=b, q_len=lq, k_len=lk, heads=h, kv_heads=kh, head_dim=d,
+                            window=window)
     backends.check(name, encoding, causal=causal, shapes=shapes)
     qp = as_2d(q_positions, lq, b, "q_positions")
     kp = as_2d(k_positions, lk, b, "k_positions")
@@ -127,7 +131,7 @@ def attend(q: Array, k: Array, v: Array, *, encoding: Encoding, params: Any = No
             q=q, k=k, v=v, encoding=encoding, params=params, q_positions=qp, k_positions=kp,
             q_segment_ids=qs, k_segment_ids=ks, k_mask=km, causal=causal, block_q=block_q,
             block_k=block_k, rotation=rot, same_positions=same_positions and km is None,
-            kernel_blocks=kernel_blocks))
+            kernel_blocks=kernel_blocks, window=window))
 
     return backends.run(name, encoding, (q, k, v, (qp, kp, qs, ks, km)), body, causal=causal,
                         shapes=shapes)

@@ -73,7 +73,8 @@ def attend_blockwise(q: Array, k: Array, v: Array, *, encoding: Encoding, params
       q_positions, q_segment_ids: [B|1, Lq]; k_positions, k_segment_ids, k_mask: [B|1, Lk]
         (already validated and made 2-D by `attend`; segment ids and k_mask may be None).
       block_q, block_k: block sizes (>= 1), clipped to Lq and Lk.
-      window: None, or a key is visible only when `q_position - k_position < window`.
+      window: sliding window W or None (see `scores.build_mask`); key blocks wholly outside
+        it are skipped like those above the causal diagonal.
 
     Returns:
       [B, Lq, H, D] in q.dtype.

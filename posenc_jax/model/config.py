@@ -35,11 +35,11 @@ from posenc_jax.model import backends
 from posenc_jax.model.context_parallel import check_mode as check_context_mode
 from posenc_jax.model.kernels import unsupported_reason
 from posenc_jax.model.kernels.blocks import kernel_blocks
+from posenc_jax.model.features import check_features
+from posenc_jax.model.mlp import MLP_ACTIVATIONS
 from posenc_jax.model.scan import check_scannable
 
 __all__ = ["TransformerConfig", "freeze", "thaw"]
-
-MLP_ACTIVATIONS = ("swiglu", "gelu")
 
 
 def _freeze_kwargs(value: Any, what: str) -> _FrozenDict:
@@ -75,7 +75,7 @@ class TransformerConfig:
       mlp_dim: the MLP's hidden width F.
       num_kv_heads: K for grouped-query attention (None -> H; must divide H).
       head_dim: D (None -> E // H, which then requires H | E).
-      mlp_activation: "swiglu" or "gelu".
+      mlp_activation: "swiglu", "geglu" or "gelu" (`posenc_jax.model.mlp`).
       encoding, encoding_kwargs: the model's positional encoding, by name (see module doc).
       layer_encodings: None, or one entry per layer: a name or (name, kwargs).
       attention: a backend of `posenc_jax.model.backends` (`backends.names()`: XLA dense,
@@ -97,6 +97,10 @@ class TransformerConfig:
       context_mode: "ring" or "all_gather": how attention gathers keys when the mesh and
         logical rules split the sequence ("length" -> a mesh axis of size > 1); see
         `posenc_jax.model.context_parallel`. Unused otherwise.
+      embed_scale, qkv_bias, qk_norm, norm_offset, post_norms, query_pre_attn_scalar,
+        sliding_window, final_logit_softcap: what pretrained families need (Llama has no
+        embedding scale: embed_scale=None; Gemma 3's windows: sliding_window=([512] * 5 +
+        [None]) * 3); see `posenc_jax.model.features`.
     """
 
     vocab_size: int
@@ -121,6 +125,14 @@ class TransformerConfig:
     dense_backend: str | None = None
     scan_layers: bool = False
     context_mode: str = "ring"
+    embed_scale: Any = "sqrt"
+    qkv_bias: bool = False
+    qk_norm: bool = False
+    norm_offset: float = 0.0
+    post_norms: bool = False
+    query_pre_attn_scalar: float | None = None
+    sliding_window: Any = None
+    final_logit_softcap: float | None = None
 
     def __post_init__(self):
         def set_(key, value):
@@ -175,6 +187,7 @@ class TransformerConfig:
                              "model takes one positions shape")
         boolean("scan_layers", self.scan_layers)
         check_context_mode(self.context_mode)
+        check_features(self, set_)
         if self.scan_layers:
             check_scannable(self.layer_encodings)
         for i, entry in enumerate(self.layer_encodings or ()):

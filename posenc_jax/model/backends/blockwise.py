@@ -17,12 +17,12 @@ def _call(x: Inputs):
         x.q, x.k, x.v, encoding=x.encoding, params=x.params, q_positions=x.q_positions,
         k_positions=x.k_positions, q_segment_ids=x.q_segment_ids,
         k_segment_ids=x.k_segment_ids, k_mask=x.k_mask, causal=x.causal, block_q=x.block_q,
-        block_k=x.block_k)
+        block_k=x.block_k, window=x.window)
 
 
 BACKEND = register(Backend(
     name=NAME, call=_call,
     summary="pure-JAX online softmax over blocks, bias per block, O(L) memory",
     bias=frozenset({"elementwise", "positions", "query"}), platforms=frozenset(PLATFORMS),
-    value_term=True, block_transform=True, auto_priority=2,
+    value_term=True, block_transform=True, sliding_window=True, auto_priority=2,
     auto_platforms=frozenset(PLATFORMS)))

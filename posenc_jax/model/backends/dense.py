@@ -36,7 +36,7 @@ def attend_dense(x: Inputs, *, fused: str) -> jax.Array:
     if isinstance(encoding, BlockTransform):  # dense: the whole query set is one block
         q, k = encoding.block_transform(params, q, k, qp, kp)
     masks = {"q_segment_ids": x.q_segment_ids, "k_segment_ids": x.k_segment_ids,
-             "k_mask": x.k_mask}
+             "k_mask": x.k_mask, "window": x.window}
     if isinstance(encoding, (RowBias, ValueTerm)):  # they read p or whole rows
         mask = build_mask(qp, kp, causal=x.causal, **masks)
         return attend_explicit(q, k, v, encoding=encoding, params=params, q_positions=qp,
@@ -58,5 +58,5 @@ BACKEND = register(Backend(
     name=NAME, call=lambda x: attend_dense(x, fused="xla"),
     summary="jax.nn.dot_product_attention (XLA), bias and masks materialised [B, H, Lq, Lk]",
     bias=frozenset(BIAS_KINDS), platforms=frozenset(PLATFORMS), value_term=True,
-    block_transform=True, materialises_scores=True, auto_priority=1,
+    block_transform=True, sliding_window=True, materialises_scores=True, auto_priority=1,
     auto_platforms=frozenset(PLATFORMS), auto_max_scores=AUTO_DENSE_MAX))

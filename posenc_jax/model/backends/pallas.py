@@ -33,12 +33,12 @@ def _call(x: Inputs):
         x.q, x.k, x.v, encoding=x.encoding, params=x.params, q_positions=x.q_positions,
         k_positions=x.k_positions, q_segment_ids=x.q_segment_ids,
         k_segment_ids=x.k_segment_ids, k_mask=x.k_mask, causal=x.causal, rotation=x.rotation,
-        block_q=_pow2(x.block_q), block_k=_pow2(x.block_k), blocks=x.kernel_blocks)
+        block_q=_pow2(x.block_q), block_k=_pow2(x.block_k), blocks=x.kernel_blocks, window=x.window)
 
 
 BACKEND = register(Backend(
     name=NAME, call=_call,
     summary="Pallas flash attention: elementwise bias and RoPE in-kernel (Triton, Mosaic)",
     bias=frozenset({"elementwise"}), platforms=frozenset({"cpu", "cuda", "tpu"}),
-    rotates_inside=True, check=_check, auto_priority=0,
+    rotates_inside=True, sliding_window=True, check=_check, auto_priority=0,
     auto_platforms=frozenset({"cuda", "tpu"})))

@@ -50,6 +50,7 @@ class Shapes(NamedTuple):
     heads: int
     kv_heads: int
     head_dim: int
+    window: int | None = None     # a sliding window (None: unlimited)
 
 
 class Inputs(NamedTuple):
@@ -76,6 +77,7 @@ class Inputs(NamedTuple):
     rotation: cap.KernelRotation | None
     same_positions: bool
     kernel_blocks: Any = None      # the Pallas kernel's block sizes (`kernels.blocks`)
+    window: int | None = None      # sliding window: key kp visible to qp iff qp - kp < window
 
 
 def bias_kind(encoding: Encoding) -> str | None:
@@ -103,7 +105,7 @@ class Backend:
       value_term, block_transform: applies a `ValueTerm` / `BlockTransform`.
       causal, bidirectional, segment_ids, gqa, cache: masks and shapes it supports (cache:
         decoding over a KV cache, i.e. Lq != Lk and a key mask).
-      sliding_window: a local window mask (filled in by the backend's owner when supported).
+      sliding_window: a local window mask from positions (`Inputs.window`, `Shapes.window`).
       materialises_scores: holds [B, H, Lq, Lk] (memory quadratic in the length).
       auto_priority: the order "auto" tries it in (None: never chosen by "auto");
         auto_platforms: where "auto" may choose it; auto_max_scores: "auto" prefers it up to
@@ -143,6 +145,9 @@ class Backend:
             return f"{here} does not lower for platform {platform!r} (only {sorted(self.platforms)})"
         if not (self.causal if causal else self.bidirectional):
             return f"{here} does not support causal={causal}"
+        if shapes is not None and shapes.window is not None and not self.sliding_window:
+            return (f"{here} has no sliding window (window={shapes.window}); use attention="
+                    f"{_alternatives(lambda b: b.sliding_window)}")
         if shapes is not None and shapes.heads != shapes.kv_heads and not self.gqa:
             return f"{here} does not support grouped-query attention (H != K)"
         kind = bias_kind(encoding)
