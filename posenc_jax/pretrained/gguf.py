@@ -23,35 +23,12 @@ import os
 import pathlib
 from typing import Any
 
-import gguf as gguf_lib
 import numpy as np
 from gguf import quants
 
-from posenc_jax.pretrained import gguf_config
+from posenc_jax.pretrained import gguf_config, gguf_format
 
 __all__ = ["GGUFCheckpoint", "open_gguf"]
-
-
-class _Reader(gguf_lib.GGUFReader):
-    """GGUFReader that names the tensor a truncated file cuts short (the stock reader fails
-    on a reshape without saying which)."""
-
-    def _build_tensors(self, start_offs: int, fields: list) -> None:
-        size = len(self.data)
-        for field in fields:
-            try:
-                _, name, _, dims, raw_type, offset = field.parts
-                block, type_size = gguf_lib.GGML_QUANT_SIZES[gguf_lib.GGMLQuantizationType(
-                    int(raw_type[0]))]
-                n_bytes = int(np.prod(dims, dtype=np.int64)) * type_size // block
-                end = int(start_offs + offset[0]) + n_bytes
-                tensor = bytes(name).decode("utf-8", "replace")
-            except (ValueError, KeyError, TypeError, IndexError):
-                continue  # leave it to the stock reader's own error
-            if end > size:
-                raise ValueError(f"tensor {tensor!r} ends at byte {end} but the file has {size} "
-                                 "bytes (truncated?)")
-        super()._build_tensors(start_offs, fields)
 
 
 class GGUFCheckpoint:
@@ -59,18 +36,13 @@ class GGUFCheckpoint:
 
     def __init__(self, path: str | os.PathLike):
         self.path = pathlib.Path(path)
-        try:
-            self._reader = _Reader(self.path, "r")
-        except FileNotFoundError:
-            raise
-        except (ValueError, KeyError, IndexError, OSError, UnicodeDecodeError) as e:
-            raise ValueError(f"{self.path}: not a readable GGUF file: {e}") from e
-        self._fields = self._reader.fields
-        self.arch = self.field("general.architecture")
-        file_names = [t.name for t in self._reader.tensors]
-        self.config = gguf_config.hf_config(_AllFields(self), file_names, where=str(self.path))
-        self._tensors: dict[str, Any] = {}
-        for t in self._reader.tensors:
+        parsed = gguf_format.read_gguf(self.path)
+        self._fields = parsed.fields
+        self.arch = self._fields.get("general.architecture")
+        file_names = [t.name for t in parsed.tensors]
+        self.config = gguf_config.hf_config(self._fields, file_names, where=str(self.path))
+        self._tensors: dict[str, gguf_format.TensorInfo] = {}
+        for t in parsed.tensors:
             if t.name in gguf_config.IGNORED:
                 continue
             hf = gguf_config.hf_tensor_name(t.name, self.arch)
@@ -80,18 +52,9 @@ class GGUFCheckpoint:
             self._tensors[hf] = t
 
     def field(self, key: str, default: Any = None) -> Any:
-        """The metadata value under `key` (str, int, float, bool, or a list of them)."""
-        f = self._fields.get(key)
-        if f is None:
-            return default
-        value = f.contents()
-        if isinstance(value, (np.floating, float)):
-            return float(value)
-        if isinstance(value, np.integer):
-            return int(value)
-        if isinstance(value, np.bool_):
-            return bool(value)
-        return value
+        """The metadata value under `key`: int, float, bool, str, list[str] or a 1-D numpy
+        array (numeric arrays such as tokenizer.ggml.scores); `default` when absent."""
+        return self._fields.get(key, default)
 
     def field_keys(self) -> list[str]:
         return list(self._fields)
@@ -105,16 +68,16 @@ class GGUFCheckpoint:
 
     def shape(self, name: str) -> tuple[int, ...]:
         """The tensor's shape in Hugging Face layout (outermost first), without reading it."""
-        return tuple(int(d) for d in reversed(self._info(name).shape.tolist()))
+        return self._info(name).shape
 
     def tensor(self, name: str) -> np.ndarray:
         """Tensor `name` (a Hugging Face name) as a new float32 array in Hugging Face layout."""
         t = self._info(name)
         try:
-            w = np.asarray(quants.dequantize(t.data, t.tensor_type), dtype=np.float32)
+            w = np.asarray(quants.dequantize(t.data, t.ggml_type), dtype=np.float32)
         except (NotImplementedError, ValueError) as e:
             raise ValueError(f"{self.path}: tensor {name!r} (GGUF {t.name!r}, "
-                             f"{t.tensor_type.name}): cannot dequantise: {e}") from e
+                             f"{t.ggml_type.name}): cannot dequantise: {e}") from e
         w = w.reshape(self.shape(name))
         if not np.all(np.isfinite(w)):
             raise ValueError(f"{self.path}: tensor {name!r} (GGUF {t.name!r}): holds "
@@ -137,24 +100,6 @@ class GGUFCheckpoint:
     def __repr__(self) -> str:
         return (f"GGUFCheckpoint({str(self.path)!r}, model_type={self.config['model_type']!r}, "
                 f"{len(self._tensors)} tensors)")
-
-
-class _AllFields:
-    """A read-only mapping view of the file's metadata for gguf_config.hf_config."""
-
-    def __init__(self, ckpt: GGUFCheckpoint):
-        self._ckpt = ckpt
-
-    def get(self, key: str, default: Any = None) -> Any:
-        return self._ckpt.field(key, default)
-
-    def __contains__(self, key: str) -> bool:
-        return key in self._ckpt._fields
-
-    def __getitem__(self, key: str) -> Any:
-        if key not in self:
-            raise KeyError(key)
-        return self._ckpt.field(key)
 
 
 def _unpermute_rows(w: np.ndarray, heads: int) -> np.ndarray:
