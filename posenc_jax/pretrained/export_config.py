@@ -50,10 +50,16 @@ def _refuse(part: str, why: str) -> ValueError:
     return ValueError(f"cannot export this model as a transformers checkpoint: {part} {why}")
 
 
+def _uses(enc, hook: str) -> bool:
+    """Whether `enc` uses core hook `hook` (the declared `hooks`; the older `has_*` flags)."""
+    hooks = getattr(enc, "hooks", None)
+    return hook in hooks if hooks is not None else bool(getattr(enc, f"has_{hook}", False))
+
+
 def _what(enc) -> str:
     """What an encoding does, in words (for the refusal message)."""
-    return ("adds position embeddings to the input" if enc.has_embed else
-            "adds a bias to the attention scores" if enc.has_bias else
+    return ("adds position embeddings to the input" if _uses(enc, "embed") else
+            "adds a bias to the attention scores" if _uses(enc, "bias") else
             "changes attention in a way no RoPE can express")
 
 
@@ -78,7 +84,7 @@ def check_expressible(cfg: TransformerConfig) -> None:
     if not isinstance(cfg, TransformerConfig):
         raise TypeError(f"cfg must be a TransformerConfig, got {type(cfg).__name__}")
     first = cfg.input_encoding
-    if first.has_embed:
+    if _uses(first, "embed"):
         raise _refuse(f"encoding={cfg.encoding!r}", f"({_what(first)}) has no transformers "
                       "equivalent in the families exported here (llama, mistral, qwen2, qwen3, "
                       "gemma, gemma3_text: they all rotate q and k with RoPE); only 'rope' can "
