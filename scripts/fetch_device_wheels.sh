@@ -18,6 +18,7 @@ WHEELS=(
   dm-tree==0.1.10 importlib_resources==7.1.0 simple_parsing==0.1.9 docstring-parser==0.18.0
   termcolor==3.3.0 psutil==7.2.2   # tensorflow-datasets' run-time imports
   tqdm==4.70.1                     # progress (usually there via transformers)
+  tensorboardX==2.6.5              # training's TensorBoard event files (train.tensorboard_log)
 )
 mkdir -p "$dir"
 "$PY" -m pip download --quiet --no-deps --only-binary=:all: --python-version 3.12 \

@@ -3,7 +3,7 @@
 - `python -m train` killed with SIGKILL twice (at moments chosen by the clock, not by the
   program, around a checkpoint save) and rerun ends with parameters and optimizer state
   bit-identical to an uninterrupted run, and its metrics.jsonl has every step exactly once
-  with the same losses;
+  with the same losses (and so have its TensorBoard event files);
 - SIGTERM: the run saves a checkpoint of the step it reached and exits with status 0;
 - a corrupt newest checkpoint (and a leftover temporary directory of a half-written one) is
   reported with a warning, moved aside, and training resumes from the previous checkpoint
@@ -30,7 +30,7 @@ import jax
 import numpy as np
 import pytest
 
-from train import checkpoint, metrics, sharding, state, trainer
+from train import checkpoint, metrics, sharding, state, tensorboard_log, trainer
 
 # No filter of PytestUnraisableExceptionWarning: an error in an asynchronous save must fail
 # the test that caused it (the noise of failed restores is dropped by the trainer itself,
@@ -167,6 +167,9 @@ def test_sigkill_twice_then_resume_is_bit_identical(data_dir, xla_cache, referen
     got, want = metrics.read_metrics(str(workdir)), metrics.read_metrics(str(reference))
     assert [r["step"] for r in got] == list(range(1, 161))
     assert [r["loss"] for r in got] == [r["loss"] for r in want]
+    events = tensorboard_log.read_scalars(str(workdir))["train/loss"]  # TensorBoard: the same
+    assert [step for step, _ in events] == list(range(1, 161))
+    assert events == tensorboard_log.read_scalars(str(reference))["train/loss"]
 
 
 def test_sigterm_saves_then_exits_zero(data_dir, xla_cache, tmp_path):

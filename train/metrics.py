@@ -3,7 +3,8 @@
 Each line of `metrics.jsonl` is one JSON object for one logged step: `step` (updates done),
 `loss`, `learning_rate`, `grad_norm`, `tokens_per_sec`, and `eval/<len>/loss`,
 `eval/<len>/ppl` when an evaluation ran at that step. A resumed run first drops the lines of
-steps after its checkpoint, so the file always describes one uninterrupted run.
+steps after its checkpoint, so the file always describes one uninterrupted run. The same
+records go to TensorBoard event files in the workdir (`train.tensorboard_log`, same resume rule).
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from typing import Any
 
 import jax
 import tqdm
+
+from train import tensorboard_log
 
 
 def _clean(value: Any) -> Any:
@@ -51,10 +54,12 @@ class MetricsLogger:
         self.enabled = jax.process_index() == 0 if enabled is None else enabled
         self.path = os.path.join(workdir, "metrics.jsonl")
         self._bar = None
+        self._events = None
         if not self.enabled:
             return
         os.makedirs(workdir, exist_ok=True)
         self._truncate_after(start_step)
+        self._events = tensorboard_log.EventLog(workdir, start_step=start_step)
         if progress:
             self._bar = tqdm.tqdm(total=total_steps, initial=start_step, unit="step",
                                   dynamic_ncols=True, smoothing=0.1)
@@ -72,6 +77,7 @@ class MetricsLogger:
     def write(self, record: dict[str, Any]) -> None:
         if not self.enabled:
             return
+        self._events.write(record)
         record = {k: _clean(v) for k, v in record.items()}
         with open(self.path, "a") as f:
             f.write(json.dumps(record) + "\n")
@@ -87,7 +93,15 @@ class MetricsLogger:
         if self._bar is not None:
             self._bar.update(steps)
 
+    def flush(self) -> None:
+        """Puts the TensorBoard events on disk (metrics.jsonl is flushed at each write)."""
+        if self._events is not None:
+            self._events.flush()
+
     def close(self) -> None:
+        if self._events is not None:
+            self._events.close()
+            self._events = None
         if self._bar is not None:
             self._bar.close()
             self._bar = None

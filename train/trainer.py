@@ -254,6 +254,7 @@ def _loop(config, setup, state, start, *, stream, eval_stream, ckpt, logger, pre
             logger.write(record)
             result = {**record, "preempted": False}
         if save or stop:
+            logger.flush()  # TensorBoard events up to this checkpoint on disk first
             ckpt.save(done, state, {**meta, "data_position": done})
         timer_step, timer_t = done, time.perf_counter()  # eval and saving are not training
         if stop and not last:

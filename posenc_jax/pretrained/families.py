@@ -11,6 +11,8 @@ Llama 3 scaling) and the attention shapes come from `posenc_jax.encodings.hf`
     mistral      Llama + `sliding_window` on every layer (class default 4096)
     qwen2        Llama + qkv bias; windows on layers >= max_window_layers if use_sliding_window
     qwen3        Qwen2 without the bias, with QK-norm
+    gemma        sqrt(E) embedding scale and (1 + w) norms (Gemma 1; a model trained here, whose
+                 embeddings are scaled by sqrt(E), exports as this family)
     gemma3_text  (and gemma3's text_config) sqrt(E) embedding scale, (1 + w) norms before and
                  after attention and MLP, QK-norm, GeGLU, query_pre_attn_scalar, five sliding
                  layers then one full (`layer_types`), final logit soft-cap if configured
@@ -44,6 +46,7 @@ class Architecture:
     qkv_bias: bool = False             # biases on q, k, v only (Qwen2's fixed ones)
     qk_norm: bool = False
     gemma: bool = False                # (1 + w) norms, post norms, sqrt(E), query scalar
+    scaled: bool = False               # Gemma (1): sqrt(E) and (1 + w) norms, nothing else
     windows: str = "none"              # "none", "all" (mistral), "qwen", "layer_types"
     norms: tuple[str, ...] = ("input_layernorm", "post_attention_layernorm")
 
@@ -68,6 +71,11 @@ ARCHITECTURES: dict[str, Architecture] = {
     "qwen3": Architecture(defaults={**_LLAMA_DEFAULTS, "head_dim": 128,
                                     "use_sliding_window": False, "max_window_layers": 28},
                           qk_norm=True, windows="qwen"),
+    "gemma": Architecture(  # Gemma (1); also what a model trained here exports as (sqrt(E))
+        defaults={"rms_norm_eps": 1e-6, "tie_word_embeddings": True, "head_dim": 256,
+                  "hidden_act": "gelu_pytorch_tanh", "max_position_embeddings": 8192},
+        activations={"gelu": "geglu", "gelu_pytorch_tanh": "geglu", "silu": "swiglu"},
+        scaled=True),
     "gemma3_text": _GEMMA,
     "gemma3": _GEMMA,
 }
@@ -139,6 +147,8 @@ def config_kwargs(config: Mapping[str, Any], *, where: Any) -> dict[str, Any]:
                        "query_pre_attn_scalar", flat["query_pre_attn_scalar"], above=0.0),
                    final_logit_softcap=None if cap is None else finite_float(
                        "final_logit_softcapping", cap, above=0.0))
+    elif arch.scaled:
+        out.update(embed_scale="sqrt", norm_offset=1.0)
     else:
         out.update(embed_scale=None)
     return out
