@@ -86,13 +86,20 @@ def position_nll(model, ids: Sequence[int], *, chunk: int = CHUNK) -> np.ndarray
     return np.asarray(jax.device_get(out), np.float64)
 
 
+@functools.partial(jax.jit, static_argnames=("graphdef",))
+def _direct_nll(graphdef, state, inputs, targets):
+    logits = nnx.merge(graphdef, state)(inputs)[0]
+    return jax.nn.logsumexp(logits, -1) - jnp.take_along_axis(logits, targets[:, None],
+                                                               axis=-1)[:, 0]
+
+
 def check_head(model, ids: Sequence[int], *, atol: float = 1e-3) -> None:
     """ValueError unless `position_nll` equals the loss from the model's own logits on `ids`
     (keep it short: the logits [n, V] are built here)."""
     ids = np.asarray(ids, np.int32)
-    logits = model(jnp.asarray(ids[None, :-1]))[0]
-    direct = np.asarray(jax.nn.logsumexp(logits, -1) - jnp.take_along_axis(
-        logits, jnp.asarray(ids[1:, None]), axis=-1)[:, 0], np.float64)
+    graphdef, state = nnx.split(model)
+    direct = np.asarray(_direct_nll(graphdef, state, jnp.asarray(ids[None, :-1]),
+                                    jnp.asarray(ids[1:])), np.float64)
     tapped = position_nll(model, ids)
     worst = float(np.max(np.abs(direct - tapped)))
     if not worst <= atol:
