@@ -10,9 +10,10 @@
 `position_nll` never holds the [n, V] logits: the final norm's output [1, n, E] is tapped,
 the logits the model computes from it are dead code (XLA drops them) and the loss is taken
 `chunk` positions at a time through the model's own output projection (the token embedding's
-transpose when tied, else `unembed`), so memory is O(n E + chunk V). `check_head` compares that
+transpose when tied, else `unembed`; then its `final_logit_softcap`, if any), so memory is
+O(n E + chunk V). `check_head` compares that
 path with the model's logits on a short input; the runner calls it once per model, so a model
-whose head does something else (a soft-cap) is an error, not a wrong number.
+whose head does something else is an error, not a wrong number.
 """
 
 from __future__ import annotations
@@ -49,7 +50,8 @@ def _head(model) -> jax.Array:
     return model.embedding[...].T if model.config.tie_embeddings else model.unembed[...]
 
 
-def _chunk_nll(hidden: jax.Array, targets: jax.Array, head: jax.Array, *, chunk: int):
+def _chunk_nll(hidden: jax.Array, targets: jax.Array, head: jax.Array, *, chunk: int,
+               softcap: float | None = None):
     """-log p(target) float32 [n] from hidden [n, E] and targets int [n], `chunk` at a time."""
     n = hidden.shape[0]
     pad = -n % chunk
@@ -60,6 +62,8 @@ def _chunk_nll(hidden: jax.Array, targets: jax.Array, head: jax.Array, *, chunk:
         hc, tc = args
         logits = jnp.einsum("te,ev->tv", hc, head.astype(hc.dtype),
                             preferred_element_type=jnp.float32)
+        if softcap is not None:  # Gemma 2's final_logit_softcap, as the model applies it
+            logits = jnp.float32(softcap) * jnp.tanh(logits / jnp.float32(softcap))
         picked = jnp.take_along_axis(logits, tc[:, None], axis=-1)[:, 0]
         return jax.nn.logsumexp(logits, axis=-1) - picked
 
@@ -72,7 +76,8 @@ def _nll(graphdef, state, inputs, targets, *, chunk):
     got: list = []
     model.final_norm = _Tap(model.final_norm, got.append)
     model(inputs, jnp.arange(inputs.shape[1], dtype=jnp.int32))  # logits unused: dead code
-    return _chunk_nll(got[0][0], targets[0], _head(model), chunk=chunk)
+    return _chunk_nll(got[0][0], targets[0], _head(model), chunk=chunk,
+                      softcap=getattr(model.config, "final_logit_softcap", None))
 
 
 def position_nll(model, ids: Sequence[int], *, chunk: int = CHUNK) -> np.ndarray:
