@@ -8,7 +8,6 @@ are 137 GB in float32 (`posenc_jax.model.generate` computes them for the whole p
 passkey stops at 2C; perplexity takes the loss in chunks and goes to 4C.
 """
 
-import ml_collections
 
 from configs import extend_smollm2
 

@@ -99,7 +99,8 @@ def test_end_to_end_then_rerun_does_nothing(tmp_path, capsys):
     ppl = table.ppl_rows(rows.values())
     assert {(r["method"], r["length"]) for r in ppl if r["method"] == "none"} == {
         ("none", 16), ("none", 32), ("none", 64)}
-    report = open(os.path.join(workdir, "report.md")).read()
+    with open(os.path.join(workdir, "report.md")) as f:
+        report = f.read()
     assert "| linear |" in report and "not yet measured" in report
     calls.clear()
     again = runner.run(config, workdir, load=tiny_load(calls), progress=False)
@@ -127,10 +128,14 @@ def test_sigterm_stops_after_the_job_and_a_rerun_continues(tmp_path, monkeypatch
     assert stop.value.code == 0 and len(done) == 1
     assert os.listdir(os.path.join(workdir, "results")) == [f"{done[0]}.json"]
     assert signal.getsignal(signal.SIGTERM) is not None
-    monkeypatch.setattr(runner, "RUNNERS", real)
     seen = []
-    monkeypatch.setattr(runner, "RUNNERS", {
-        k: (lambda f: lambda ctx, job: (seen.append(job.name), f(ctx, job))[1])(real[k])
-        for k in real})
+
+    def counted(kind):
+        def run(ctx, job):
+            seen.append(job.name)
+            return real[kind](ctx, job)
+        return run
+
+    monkeypatch.setattr(runner, "RUNNERS", {k: counted(k) for k in real})
     rows = runner.run(config, workdir, load=tiny_load(), progress=False)
     assert done[0] not in seen and done[0] in rows and len(rows) == len(seen) + 1

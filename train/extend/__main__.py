@@ -7,8 +7,8 @@ from collections.abc import Sequence
 
 from absl import app, flags, logging
 from ml_collections import config_flags
-
 from posenc_jax.pretrained import load
+
 from train import xla_flags
 from train.extend import runner
 

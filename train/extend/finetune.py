@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import functools
 import json
-import math
 import os
 import sys
 import time
@@ -199,11 +198,11 @@ def run(args, load) -> dict:
 
 def markdown(out: dict) -> str:
     c = out["context"]
-    lines = [f"# {out['method']} x{out['factor']} fine-tuned at {out['factor'] * c} tokens "
-             f"({out['steps']} steps, lr {out['lr']}; {out['device']})", "",
+    lines = [(f"# {out['method']} x{out['factor']} fine-tuned at {out['factor'] * c} tokens "
+             f"({out['steps']} steps, lr {out['lr']}; {out['device']})"), "",
              f"Reference: perplexity at C = {c} without scaling {out['ref_ppl_at_C']:.3f}.", "",
-             "| | ppl C | ppl 2C | ppl 4C | passkey C | passkey 2C | passkey 4C | ppl within "
-             "10% up to | passkey >= 0.9 up to |", "|---|---|---|---|---|---|---|---|---|"]
+             ("| | ppl C | ppl 2C | ppl 4C | passkey C | passkey 2C | passkey 4C | ppl within "
+             "10% up to | passkey >= 0.9 up to |"), "|---|---|---|---|---|---|---|---|---|"]
     for name in ("zero_shot", "fine_tuned"):
         r = out.get(name)
         if r:
@@ -213,9 +212,9 @@ def markdown(out: dict) -> str:
                 f"{r['passkey'][n]:.2f}" for n in ns) + f" | {r['supported']['ppl_len']} | "
                 f"{r['supported']['passkey_len']} |")
     if out.get("losses"):
-        lines += ["", f"Training loss {out['losses'][0]:.3f} -> {out['losses'][-1]:.3f} in "
+        lines += ["", (f"Training loss {out['losses'][0]:.3f} -> {out['losses'][-1]:.3f} in "
                       f"{out['train_seconds']:.0f} s ({out['train_tokens']} tokens of stdlib "
-                      "code to draw windows from)."]
+                      "code to draw windows from).")]
     return "\n".join(lines) + "\n"
 
 
@@ -232,7 +231,7 @@ def main(argv=None) -> None:
     if args.smoke:
         args.steps, args.lr, args.train_chars = min(args.steps, 3), 1e-3, 200_000
         return run(args, smoke_load)
-    from posenc_jax.pretrained import load  # noqa: PLC0415 -- the real models only
+    from posenc_jax.pretrained import load
     return run(args, load)
 
 

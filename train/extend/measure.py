@@ -19,6 +19,7 @@ whose head does something else is an error, not a wrong number.
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 from collections.abc import Callable, Sequence
 
@@ -119,7 +120,7 @@ def bucket_edges(context: int, length: int) -> list[tuple[int, int]]:
     edges = [0, context // 4, context // 2, context]
     while edges[-1] < length:
         edges.append(edges[-1] * 2)
-    return [(a, min(b, length)) for a, b in zip(edges, edges[1:]) if a < length and b > a]
+    return [(a, min(b, length)) for a, b in itertools.pairwise(edges) if a < length and b > a]
 
 
 def bucket_perplexity(nll: Sequence[float], *, context: int) -> list[tuple[int, int, float]]:

@@ -27,7 +27,8 @@ from collections.abc import Callable, Sequence
 
 TASK = ("There is an important info hidden inside a lot of irrelevant text. Find it and "
         "memorize them. I will quiz you about the important information there.")
-FILLER = " The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again."
+FILLER = (" The grass is green. The sky is blue. The sun is yellow. Here we go. There and back "
+          "again.")
 KEY_LINE = " The pass key is {key}. Remember it. {key} is the pass key."
 QUESTION = " What is the pass key? The pass key is"
 

@@ -79,11 +79,11 @@ def _model_section(plan: Plan, model: str, ppl, buckets, passkey) -> list[str]:
     for s in sup:
         out.append(f"| {s['method']} | {_len(s['ppl_len'], context)} | "
                    f"{_len(s['passkey_len'], context)} | {_len(s['both'], context)} |")
-    out += ["", f"| YaRN fine-tuned to 4C ({4 * context}) | not yet measured | not yet "
-                f"measured | `{FINETUNE_COMMAND}` |", ""]
+    out += ["", (f"| YaRN fine-tuned to 4C ({4 * context}) | not yet measured | not yet "
+                f"measured | `{FINETUNE_COMMAND}` |"), ""]
     for text in texts:
-        out += [f"Perplexity of the first n tokens of `{text}` (none at n < its longest "
-                "length: the prefix of that forward):", ""]
+        out += [(f"Perplexity of the first n tokens of `{text}` (none at n < its longest "
+                "length: the prefix of that forward):"), ""]
         out += _grid(ppl, model=model, methods=plan.methods, lengths=lengths, key="ppl",
                      text=text) + [""]
         rows = [r for r in buckets if r["model"] == model and r["text"] == text]
@@ -91,8 +91,8 @@ def _model_section(plan: Plan, model: str, ppl, buckets, passkey) -> list[str]:
                    for m in plan.methods}
         spans = sorted({(int(r["start"]), int(r["end"])) for r in rows})
         if spans:
-            out += [f"Perplexity by position bucket (`{text}`), each method at its longest "
-                    "length:", "", "| method (length) | " + " | ".join(
+            out += [(f"Perplexity by position bucket (`{text}`), each method at its longest "
+                    "length:"), "", "| method (length) | " + " | ".join(
                         f"[{a}, {b})" for a, b in spans) + " |", "|" + "---|" * (len(spans) + 1)]
             for m in plan.methods:
                 cell = {(int(r["start"]), int(r["end"])): float(r["ppl"]) for r in rows
@@ -113,7 +113,7 @@ def _model_section(plan: Plan, model: str, ppl, buckets, passkey) -> list[str]:
 
 def _scaling_notes(plan: Plan, results) -> list[str]:
     seen, out = set(), ["## The scaling dicts (as Hugging Face writes `rope_scaling`)", "",
-                        "factor = length / C; the registry's `stretch` rule of each method "
+                        ("factor = length / C; the registry's `stretch` rule of each method "
                         "(`posenc_jax.encodings.rope_scaling.registry`): linear, ntk, dynamic, "
                         "yarn take the factor (and C as original_max_position_embeddings; "
                         "YaRN's betas at their defaults 32 / 1); llama3: Llama 3.1's band "
@@ -121,7 +121,7 @@ def _scaling_notes(plan: Plan, results) -> list[str]:
                         "C/4); longrope: no search, the NTK-aware per-dimension rule "
                         "long_factor_i = factor^(2i / (d - 2)), short_factor 1. Dynamic grows "
                         "with the sequence by itself (factor given, frequencies from the "
-                        "current length).", ""]
+                        "current length)."), ""]
     for job in plan.jobs:
         if job.method != NO_SCALING and (job.model, job.method) not in seen:
             last = max(j.length for j in plan.jobs
@@ -163,11 +163,11 @@ def write_all(plan: Plan, results: Mapping, *, invocation: Mapping[str, Any],
     files.write_json(os.path.join(workdir, "timings.json"), timings)
     texts = [t.strip() for t in plan.config.texts.split(",") if t.strip()]
     md = ["# Zero-shot context extension of pretrained models", "",
-          "`python -m train.extend --config=<config> --workdir=<dir>` "
+          ("`python -m train.extend --config=<config> --workdir=<dir>` "
           f"({len(plan.jobs)} jobs; {devices}). Perplexity: one forward over the first n + 1 "
           "tokens of text that ships with Python (prose: `pydoc_data/topics.py`; code: long "
           "stdlib modules), the loss at every position. Passkey: the YaRN / LongRoPE prompt, "
-          "exact match of the first number decoded.", ""]
+          "exact match of the first number decoded."), ""]
     for model in plan.models:
         md += _model_section(plan, model, ppl, buckets, passkey)
         figures.position_figure(os.path.join(workdir, f"ppl_by_position_{model}.png"),

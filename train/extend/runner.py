@@ -152,7 +152,7 @@ RUNNERS = {PplJob.kind: run_ppl, PasskeyJob.kind: run_passkey}
 def calibrate(ctx: Context, name: str) -> estimate.Cost:
     """Loads `name` (no scaling), checks the chunked loss against the model's logits, and
     times one forward of config.calibrate_len tokens (compile timed apart)."""
-    loaded, model = ctx.get(name, None)
+    _loaded, model = ctx.get(name, None)
     n = int(ctx.plan.config.calibrate_len)
     ids = ctx.text_ids(name, "prose", n + 1)
     measure.check_head(model, ids[: min(n, 256) + 1])
