@@ -2,7 +2,6 @@
 files it writes, the chunked loss against the model's logits, resume after SIGTERM."""
 
 import os
-import re
 import signal
 import types
 
@@ -13,29 +12,7 @@ from flax import nnx
 from configs import extend_smollm2
 from posenc_jax.model.config import TransformerConfig
 from posenc_jax.model.transformer import Transformer
-from train.extend import measure, runner, table
-
-
-class Words:
-    """One id per whitespace-led word (ids in order of first sight, wrapping at 128), BOS 1:
-    a short passkey prompt (about 45 tokens) for a fast test."""
-
-    bos_id, eos_id = 1, 2
-
-    def __init__(self):
-        self.ids, self.words = {}, {}
-
-    def encode(self, text):
-        out = []
-        for w in re.findall(r"\s*\S+", text):
-            i = self.ids.setdefault(w, 3 + len(self.ids) % 125)
-            self.words.setdefault(i, w)
-            out.append(i)
-        return out
-
-    def decode(self, ids):
-        return "".join(self.words.get(i, "?") for i in ids)
-
+from train.extend import finetune, measure, runner, table
 
 _BUILT = {}
 
@@ -52,7 +29,7 @@ def tiny_load(calls=None):
             _BUILT["state"] = nnx.state(Transformer(cfg, rngs=nnx.Rngs(0)))
         graphdef, _ = nnx.split(nnx.eval_shape(lambda: Transformer(cfg, rngs=nnx.Rngs(0))))
         return types.SimpleNamespace(model=nnx.merge(graphdef, _BUILT["state"]),
-                                     tokenizer=Words(), config=cfg, hf_config={})
+                                     tokenizer=finetune.SmokeTokenizer(), config=cfg, hf_config={})
     return load
 
 

@@ -58,7 +58,8 @@ def position_figure(path: str, buckets: Sequence[Mapping[str, Any]], *, model: s
             ax.set_xticks(range(len(pts)), [f"[{_k(a)},{_k(b)})" for a, b, _ in pts],
                           fontsize=8)
         ax.set_yscale("log")
-        ax.axvline(2.5, color="gray", lw=1, ls="--")  # buckets 0-2 are inside [0, C)
+        if len(ax.get_xticks()) > 3:  # buckets 0-2 are [0, C)
+            ax.axvline(2.5, color="gray", lw=1, ls="--")
         ax.set_xlabel(f"position bucket (C = {_k(context)}: dashed line)")
         ax.set_ylabel("perplexity (log scale)")
         ax.set_title(f"{model}, {text}", fontsize=10)
