@@ -104,7 +104,8 @@ def attend(q: Array, k: Array, v: Array, *, encoding: Encoding, params: Any = No
            q_segment_ids: Array | None = None, k_segment_ids: Array | None = None,
            k_mask: Array | None = None, implementation: str = "dense",
            block_q: int = 256, block_k: int = 256,
-           dense_backend: str | None = None, rotated: bool = True) -> Array:
+           dense_backend: str | None = None, rotated: bool = True,
+           window: int | None = None) -> Array:
     """Multi-head (or grouped-query) attention with the encoding's bias and explicit masks.
 
     Args:
@@ -130,6 +131,9 @@ def attend(q: Array, k: Array, v: Array, *, encoding: Encoding, params: Any = No
         when the encoding has one; segment ids and key masks become a boolean mask.
       rotated: False when q and k are raw (see `rotates_inside`): the kernel then rotates
         in-kernel, other paths call the rotate hook here.
+      window: a sliding window W (None: unlimited): key kp is visible to query qp only if
+        qp - kp < W (with the other masks). The kernel has no window yet: "pallas" refuses
+        one and "auto" then takes the portable paths.
 
     Returns:
       [B, Lq, H, D] in q.dtype; zeros for query rows that see no key.
@@ -161,6 +165,9 @@ def attend(q: Array, k: Array, v: Array, *, encoding: Encoding, params: Any = No
     check_capabilities(encoding, implementation=implementation, causal=causal)
     if implementation == "pallas":
         check_supported(encoding)
+        if window is not None:
+            raise ValueError(f"attention implementation 'pallas' has no sliding window yet "
+                             f"(window={window}); use 'dense', 'blockwise' or 'auto'")
     qp = as_2d(q_positions, lq, b, "q_positions")
     kp = as_2d(k_positions, lk, b, "k_positions")
     qs = as_2d(q_segment_ids, lq, b, "q_segment_ids")
@@ -189,9 +196,9 @@ def attend(q: Array, k: Array, v: Array, *, encoding: Encoding, params: Any = No
         if impl == "blockwise":
             return blockwise.attend_blockwise(
                 q, k, v, q_positions=qp, k_positions=kp, q_segment_ids=qs, k_segment_ids=ks,
-                k_mask=km, block_q=block_q, block_k=block_k, **kw)
+                k_mask=km, block_q=block_q, block_k=block_k, window=window, **kw)
         return _dense(q, k, v, qp, kp, qs, ks, km, dense_backend=dense_backend,
-                      index_causal=same_positions and km is None, **kw)
+                      index_causal=same_positions and km is None, window=window, **kw)
 
     if implementation == "pallas":
         return kernel(q, k, v, masks)
@@ -199,7 +206,7 @@ def attend(q: Array, k: Array, v: Array, *, encoding: Encoding, params: Any = No
         return portable(q, k, v, masks, implementation)
     cpu_impl = ("dense" if lq * lk <= AUTO_DENSE_MAX or encoding.needs_full_rows
                 else "blockwise")
-    if not kernel_capable(encoding):
+    if not kernel_capable(encoding) or window is not None:
         return portable(q, k, v, masks, cpu_impl)
     return jax.lax.platform_dependent(
         q, k, v, masks, cpu=lambda *a: portable(*a, cpu_impl), cuda=kernel, tpu=kernel,
@@ -212,20 +219,21 @@ def _pow2(n: int) -> int:
 
 
 def _dense(q, k, v, qp, kp, qs, ks, km, *, encoding, params, causal, dense_backend,
-           index_causal):
+           index_causal, window=None):
     """`jax.nn.dot_product_attention` with the bias and masks (see `attend`)."""
     h, d = q.shape[2], q.shape[3]
     scale = 1.0 / math.sqrt(d)
     if encoding.has_block_transform:  # dense: the whole query set is one block
         q, k = encoding.block_transform(params, q, k, qp, kp)
     if encoding.needs_full_rows or encoding.has_value_term:  # they read p or whole rows
-        mask = build_mask(qp, kp, causal=causal, q_segment_ids=qs, k_segment_ids=ks, k_mask=km)
+        mask = build_mask(qp, kp, causal=causal, q_segment_ids=qs, k_segment_ids=ks, k_mask=km,
+                          window=window)
         return attend_explicit(q, k, v, encoding=encoding, params=params, q_positions=qp,
                                k_positions=kp, mask=mask, scale=scale)
     bias = encoding_bias(encoding, params, qp, kp, (q * scale).astype(q.dtype), h)
     is_causal = dense_backend == "cudnn" and causal and index_causal
     mask = build_mask(qp, kp, causal=causal and not is_causal, q_segment_ids=qs,
-                      k_segment_ids=ks, k_mask=km)
+                      k_segment_ids=ks, k_mask=km, window=window)
     if dense_backend == "cudnn" and bias is not None:
         bias = bias.astype(q.dtype)  # cuDNN takes a bias of q's dtype, only when there is one
     out = jax.nn.dot_product_attention(q, k, v, bias=bias, mask=mask, scale=scale,

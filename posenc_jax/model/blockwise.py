@@ -63,7 +63,8 @@ def _blocks(x: Array | None, axis: int, block: int) -> Array | None:
 def attend_blockwise(q: Array, k: Array, v: Array, *, encoding: Encoding, params: Any,
                      q_positions: Array, k_positions: Array, causal: bool,
                      q_segment_ids: Array | None, k_segment_ids: Array | None,
-                     k_mask: Array | None, block_q: int, block_k: int) -> Array:
+                     k_mask: Array | None, block_q: int, block_k: int,
+                     window: int | None = None) -> Array:
     """Online-softmax attention; same contract as `posenc_jax.model.attention.attend`.
 
     Args:
@@ -71,6 +72,8 @@ def attend_blockwise(q: Array, k: Array, v: Array, *, encoding: Encoding, params
       q_positions, q_segment_ids: [B|1, Lq]; k_positions, k_segment_ids, k_mask: [B|1, Lk]
         (already validated and made 2-D by `attend`; segment ids and k_mask may be None).
       block_q, block_k: block sizes (>= 1), clipped to Lq and Lk.
+      window: sliding window W or None (see `scores.build_mask`); key blocks wholly outside
+        it are skipped like those above the causal diagonal.
 
     Returns:
       [B, Lq, H, D] in q.dtype.
@@ -92,7 +95,7 @@ def attend_blockwise(q: Array, k: Array, v: Array, *, encoding: Encoding, params
         valid = jnp.arange(nk * bk)[None, :] < lk
         if k_mask is not None:
             valid = jnp.logical_and(valid, _pad(k_mask.astype(bool), 1, nk * bk, False))
-    has_mask = causal or q_segment_ids is not None or valid is not None
+    has_mask = causal or q_segment_ids is not None or valid is not None or window is not None
 
     q_blk = _blocks(_pad(q, 1, nq * bq), 1, bq)                              # [nq, B, bq, H, D]
     qp_blk = _blocks(_pad(q_positions, 1, nq * bq), 1, bq)                   # [nq, P, bq]
@@ -106,7 +109,7 @@ def attend_blockwise(q: Array, k: Array, v: Array, *, encoding: Encoding, params
     def key_step(carry, xs, qb, qpb, qsb):
         kb, vb, kpb, ksb, vmb = xs
         mask = build_mask(qpb, kpb, causal=causal, q_segment_ids=qsb, k_segment_ids=ksb,
-                          k_mask=vmb) if has_mask else None               # [B|1, 1, bq, bk]
+                          k_mask=vmb, window=window) if has_mask else None               # [B|1, 1, bq, bk]
 
         def update(carry):
             m, l, acc = carry                   # [B, K, G, bq], same, [B, K, G, bq, D] f32

@@ -29,13 +29,13 @@ from posenc_jax._frozen import _FrozenDict, freeze, thaw
 from posenc_jax.checks import boolean, finite_float, positive_int
 from posenc_jax.encodings.base import Encoding, for_model
 from posenc_jax.model.attention import check_implementation
+from posenc_jax.model.features import check_features
 from posenc_jax.model.kernels import check_supported
+from posenc_jax.model.mlp import MLP_ACTIVATIONS
 from posenc_jax.model.scan import check_scannable
 from posenc_jax.model.scores import check_capabilities
 
 __all__ = ["TransformerConfig", "freeze", "thaw"]
-
-MLP_ACTIVATIONS = ("swiglu", "gelu")
 
 
 def _freeze_kwargs(value: Any, what: str) -> _FrozenDict:
@@ -71,7 +71,7 @@ class TransformerConfig:
       mlp_dim: the MLP's hidden width F.
       num_kv_heads: K for grouped-query attention (None -> H; must divide H).
       head_dim: D (None -> E // H, which then requires H | E).
-      mlp_activation: "swiglu" or "gelu".
+      mlp_activation: "swiglu", "geglu" or "gelu" (`posenc_jax.model.mlp`).
       encoding, encoding_kwargs: the model's positional encoding, by name (see module doc).
       layer_encodings: None, or one entry per layer: a name or (name, kwargs).
       attention: "dense", "blockwise", "pallas" (the Pallas kernel; interpret mode on CPU) or
@@ -85,6 +85,10 @@ class TransformerConfig:
       scan_layers: run the blocks as one `jax.lax.scan` (compile time independent of depth;
         same params and checkpoints as the loop); needs one encoding for every layer. See
         `posenc_jax.model.scan`.
+      embed_scale, qkv_bias, qk_norm, norm_offset, post_norms, query_pre_attn_scalar,
+        sliding_window, final_logit_softcap: what pretrained families need (Llama has no
+        embedding scale: embed_scale=None; Gemma 3's windows: sliding_window=([512] * 5 +
+        [None]) * 3); see `posenc_jax.model.features`.
     """
 
     vocab_size: int
@@ -107,6 +111,14 @@ class TransformerConfig:
     norm_eps: float = 1e-6
     dense_backend: str | None = None
     scan_layers: bool = False
+    embed_scale: Any = "sqrt"
+    qkv_bias: bool = False
+    qk_norm: bool = False
+    norm_offset: float = 0.0
+    post_norms: bool = False
+    query_pre_attn_scalar: float | None = None
+    sliding_window: Any = None
+    final_logit_softcap: float | None = None
 
     def __post_init__(self):
         def set_(key, value):
@@ -154,6 +166,7 @@ class TransformerConfig:
             raise ValueError(f"the encodings take positions with different axes {axes}; a "
                              "model takes one positions shape")
         boolean("scan_layers", self.scan_layers)
+        check_features(self, set_)
         if self.scan_layers:
             check_scannable(self.layer_encodings)
         for i, entry in enumerate(self.layer_encodings or ()):

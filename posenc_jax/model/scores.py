@@ -59,10 +59,11 @@ def split_positions(positions, axes: int, length: int, batch: int, *, offset=0):
 
 def build_mask(q_positions: Array, k_positions: Array, *, causal: bool,
                q_segment_ids: Array | None = None, k_segment_ids: Array | None = None,
-               k_mask: Array | None = None) -> Array | None:
+               k_mask: Array | None = None, window: int | None = None) -> Array | None:
     """Boolean [B|1, 1, Lq, Lk] visibility mask (True = attend), or None when all visible.
 
-    All inputs are 2-D [B|1, L] (see `attend`).
+    All inputs are 2-D [B|1, L] (see `attend`). `window` W (a sliding window, None for none):
+    a key is visible only if `q_position - k_position < W`.
     """
     mask = None
 
@@ -71,6 +72,8 @@ def build_mask(q_positions: Array, k_positions: Array, *, causal: bool,
 
     if causal:
         mask = k_positions[:, None, None, :] <= q_positions[:, None, :, None]
+    if window is not None:
+        mask = both(mask, q_positions[:, None, :, None] - k_positions[:, None, None, :] < window)
     if q_segment_ids is not None:
         mask = both(mask, q_segment_ids[:, None, :, None] == k_segment_ids[:, None, None, :])
     if k_mask is not None:

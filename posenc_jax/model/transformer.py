@@ -16,7 +16,7 @@ offsets or decoding. See `posenc_jax.model.config` for the config and `posenc_ja
 cache (`init_cache`) and its regime policy under length-dependent RoPE scaling.
 
 Embedding scale: token embeddings are drawn from N(0, 1/E) and multiplied by sqrt(E) at the
-input (Vaswani et al.; Gemma), so their entries have unit variance -- the same magnitude as a
+input (Vaswani et al.; Gemma; `embed_scale=None` for pretrained Llama-like models), so their entries have unit variance -- the same magnitude as a
 sinusoidal PE (entries in [-1, 1]) or a learned PE (initialised with stddev 1 here); the tied
 output projection then starts with unit-variance logits.
 
@@ -52,23 +52,25 @@ must be Auto (`jax.make_mesh` defaults to Explicit in this JAX version).
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 from flax import linen as nn
 from flax import nnx
-from flax.core import meta as flax_meta
-from flax.core import spmd as flax_spmd
 
 from posenc_jax.checks import token_ids
 from posenc_jax.encodings.base import Encoding
-from posenc_jax.model import kv_cache, scan
+from posenc_jax.model import features, kv_cache, scan
 from posenc_jax.model.attention import as_2d, attend, rotates_inside
 from posenc_jax.model.config import TransformerConfig
 from posenc_jax.model.generate import generate
 from posenc_jax.model.kv_cache import KVCache, init_cache
+from posenc_jax.model.mlp import MLP
+from posenc_jax.model.norms import RMSNorm
+from posenc_jax.model.params import normal as _normal
+from posenc_jax.model.params import param as _param
+from posenc_jax.model.qkv import add_qkv_features, apply_qkv_features
 from posenc_jax.model.scores import split_positions
 
 __all__ = [
@@ -97,33 +99,6 @@ def constrain(x: Array, names: tuple) -> Array:
     return nn.with_logical_constraint(x, names)
 
 
-def _eager_sharding() -> bool:
-    return flax_meta.get_global_mesh() is not None and bool(flax_spmd.get_logical_axis_rules())
-
-
-def _param(value: Array, names: tuple, dtype) -> nnx.Param:
-    return nnx.Param(value.astype(dtype), out_sharding=names, eager_sharding=_eager_sharding())
-
-
-def _normal(key, shape, fan_in: int) -> Array:
-    """N(0, 1 / fan_in) in float32."""
-    return jax.random.normal(key, shape, jnp.float32) / math.sqrt(fan_in)
-
-
-class RMSNorm(nnx.Module):
-    """x / rms(x) * scale over the last axis (computed in float32). x: [..., E]."""
-
-    def __init__(self, dim: int, *, eps: float, param_dtype):
-        self.eps = eps
-        self.scale = _param(jnp.ones((dim,)), ("embed",), param_dtype)
-
-    def __call__(self, x: Array) -> Array:
-        xf = x.astype(jnp.float32)
-        y = xf * jax.lax.rsqrt(jnp.mean(xf * xf, axis=-1, keepdims=True) + self.eps)
-        scale = self.scale[...].astype(jnp.float32)
-        return (y * scale.reshape((1,) * (y.ndim - 1) + scale.shape)).astype(x.dtype)
-
-
 def encoding_params(encoding: Encoding, key: Array, param_dtype, *, hooks: tuple[str, ...]
                     ) -> nnx.Dict:
     """The encoding's params as an `nnx.Dict` of `nnx.Param`s, sharded by the logical axes the
@@ -149,10 +124,11 @@ def _values(params: nnx.Dict) -> dict[str, Array]:
 class Attention(nnx.Module):
     """Self-attention that calls its encoding's rotate and bias hooks; caches rotated keys."""
 
-    def __init__(self, config: TransformerConfig, encoding: Encoding, *, rngs: nnx.Rngs):
+    def __init__(self, config: TransformerConfig, encoding: Encoding, *, rngs: nnx.Rngs,
+                 window: int | None = None):
         e, h, kh, d = config.embed_dim, config.num_heads, config.num_kv_heads, config.head_dim
         pd = config.param_dtype
-        self.config, self.encoding = config, encoding
+        self.config, self.encoding, self.window = config, encoding, window
         self.q_proj = _param(_normal(rngs.params(), (e, h, d), e), ("embed", "heads", "kv"),
                              pd)
         self.k_proj = _param(_normal(rngs.params(), (e, kh, d), e),
@@ -163,6 +139,7 @@ class Attention(nnx.Module):
                              ("heads", "kv", "embed"), pd)
         self.pe = encoding_params(encoding, rngs.params(), pd,
                                   hooks=("rotate", "bias", "value_term", "block_transform"))
+        add_qkv_features(self, config)  # bias, QK-norm (posenc_jax.model.qkv)
 
     def __call__(self, x: Array, positions: Array, segment_ids: Array | None,
                  memory: kv_cache.Memory | None, layer: int,
@@ -174,6 +151,7 @@ class Attention(nnx.Module):
         q = jnp.einsum("bte,ehd->bthd", x, self.q_proj[...].astype(dt))
         k = jnp.einsum("bte,ekd->btkd", x, self.k_proj[...].astype(dt))
         v = jnp.einsum("bte,ekd->btkd", x, self.v_proj[...].astype(dt))
+        q, k, v = apply_qkv_features(self, q, k, v)
         q = constrain(q, ("batch", "length", "heads", "kv"))
         k = constrain(k, ("batch", "length", "kv_heads", "kv"))
         v = constrain(v, ("batch", "length", "kv_heads", "kv"))
@@ -194,48 +172,35 @@ class Attention(nnx.Module):
                      k_positions=kp, causal=cfg.causal, q_segment_ids=segment_ids,
                      k_segment_ids=ks, k_mask=km, implementation=cfg.attention,
                      block_q=cfg.block_size, block_k=cfg.block_size,
-                     dense_backend=cfg.dense_backend, rotated=not raw)
+                     dense_backend=cfg.dense_backend, rotated=not raw, window=self.window)
         out = constrain(out, ("batch", "length", "heads", "kv"))
         return jnp.einsum("bthd,hde->bte", out, self.o_proj[...].astype(dt)), new
 
 
-class MLP(nnx.Module):
-    """SwiGLU (silu(x W_gate) * x W_up) W_down, or GELU(x W_up) W_down. [B, T, E] -> same."""
-
-    def __init__(self, config: TransformerConfig, *, rngs: nnx.Rngs):
-        e, f, pd = config.embed_dim, config.mlp_dim, config.param_dtype
-        self.config = config
-        if config.mlp_activation == "swiglu":
-            self.gate = _param(_normal(rngs.params(), (e, f), e), ("embed", "mlp"), pd)
-        self.up = _param(_normal(rngs.params(), (e, f), e), ("embed", "mlp"), pd)
-        self.down = _param(_normal(rngs.params(), (f, e), f), ("mlp", "embed"), pd)
-
-    def __call__(self, x: Array) -> Array:
-        dt = self.config.dtype
-        h = jnp.einsum("bte,ef->btf", x, self.up[...].astype(dt))
-        if self.config.mlp_activation == "swiglu":
-            h = jax.nn.silu(jnp.einsum("bte,ef->btf", x, self.gate[...].astype(dt))) * h
-        else:
-            h = jax.nn.gelu(h)
-        h = constrain(h, ("batch", "length", "mlp"))
-        return jnp.einsum("btf,fe->bte", h, self.down[...].astype(dt))
-
-
 class Block(nnx.Module):
-    """Pre-norm transformer block."""
+    """Pre-norm transformer block (with `post_norms`, also norms on both branch outputs)."""
 
-    def __init__(self, config: TransformerConfig, encoding: Encoding, *, rngs: nnx.Rngs):
-        kw = {"eps": config.norm_eps, "param_dtype": config.param_dtype}
+    def __init__(self, config: TransformerConfig, encoding: Encoding, *, rngs: nnx.Rngs,
+                 window: int | None = None):
+        kw = {"eps": config.norm_eps, "param_dtype": config.param_dtype,
+              "offset": config.norm_offset}
         self.attn_norm = RMSNorm(config.embed_dim, **kw)
-        self.attn = Attention(config, encoding, rngs=rngs)
+        self.attn = Attention(config, encoding, rngs=rngs, window=window)
         self.mlp_norm = RMSNorm(config.embed_dim, **kw)
         self.mlp = MLP(config, rngs=rngs)
+        if config.post_norms:
+            self.post_attn_norm = RMSNorm(config.embed_dim, **kw)
+            self.post_mlp_norm = RMSNorm(config.embed_dim, **kw)
 
     def __call__(self, x, positions, segment_ids, memory, layer, rotary_positions=None):
+        post = self.attn.config.post_norms
         y, new = self.attn(self.attn_norm(x), positions, segment_ids, memory, layer,
                            rotary_positions)
+        y = self.post_attn_norm(y) if post else y
         x = constrain(x + y, ("batch", "length", "embed"))
-        x = constrain(x + self.mlp(self.mlp_norm(x)), ("batch", "length", "embed"))
+        y = self.mlp(self.mlp_norm(x))
+        y = self.post_mlp_norm(y) if post else y
+        x = constrain(x + y, ("batch", "length", "embed"))
         return x, new
 
 
@@ -250,9 +215,11 @@ class Transformer(nnx.Module):
         self.embedding = _param(_normal(rngs.params(), (v, e), e), ("vocab", "embed"), pd)
         self.input_pe = encoding_params(config.input_encoding, rngs.params(), pd,
                                         hooks=("embed",))
-        self.layers = nnx.List([Block(config, config.layer_encoding(i), rngs=rngs)
+        self.layers = nnx.List([Block(config, config.layer_encoding(i), rngs=rngs,
+                                      window=features.layer_window(config, i))
                                 for i in range(config.num_layers)])
-        self.final_norm = RMSNorm(e, eps=config.norm_eps, param_dtype=pd)
+        self.final_norm = RMSNorm(e, eps=config.norm_eps, param_dtype=pd,
+                                  offset=config.norm_offset)
         if not config.tie_embeddings:
             self.unembed = _param(_normal(rngs.params(), (e, v), e), ("embed", "vocab"), pd)
 
@@ -305,7 +272,8 @@ class Transformer(nnx.Module):
         emb = self.embedding[...]
         ids = jnp.where(tokens < 0, cfg.vocab_size, tokens)  # out of range: NaN, never a wrap
         x = jnp.take(emb, ids, axis=0, mode="fill", fill_value=jnp.nan).astype(dt)
-        x = x * jnp.asarray(math.sqrt(cfg.embed_dim), dt)
+        scale = features.embed_multiplier(cfg)  # in the activation dtype, as transformers
+        x = x if scale is None else x * jnp.asarray(scale, dt)
         x = cfg.input_encoding.embed(_values(self.input_pe), x, positions)
         x = constrain(x.astype(dt), ("batch", "length", "embed"))
         rotary = None if rotary is positions else rotary
@@ -320,4 +288,7 @@ class Transformer(nnx.Module):
         out = emb.T if cfg.tie_embeddings else self.unembed[...]
         logits = jnp.einsum("bte,ev->btv", x, out.astype(dt),
                             preferred_element_type=jnp.float32)
+        if cfg.final_logit_softcap is not None:
+            cap = jnp.float32(cfg.final_logit_softcap)
+            logits = cap * jnp.tanh(logits / cap)
         return constrain(logits, ("batch", "length", "vocab")), new

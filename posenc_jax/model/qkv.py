@@ -1,0 +1,59 @@
+"""What some families do to q, k and v between the projections and the rotation.
+
+    q = x W_q (+ b_q)      k = x W_k (+ b_k)      v = x W_v (+ b_v)      qkv_bias (Qwen2)
+    q, k = rmsnorm_D(q), rmsnorm_D(k)                                    qk_norm (Qwen3, Gemma 3)
+    q = q * sqrt(D / query_pre_attn_scalar)                              query scale (Gemma)
+
+The query scale folds 1 / sqrt(query_pre_attn_scalar) into q, so attention keeps its
+1 / sqrt(D) (exact when query_pre_attn_scalar = D, as in Gemma 3 270M); the rotation is
+linear, so scaling before it is the same as scaling the logits. `add_qkv_features` creates
+the params on an `Attention` module (names q_bias, k_bias, v_bias [H|K, D]; q_norm, k_norm
+over D, logical axis "kv"); `apply_qkv_features` applies them to q [B, T, H, D] and
+k, v [B, T, K, D].
+"""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from posenc_jax.model.features import softmax_scale
+from posenc_jax.model.norms import RMSNorm
+from posenc_jax.model.params import param
+
+__all__ = ["add_qkv_features", "apply_qkv_features"]
+
+Array = jax.Array
+
+
+def add_qkv_features(module: nnx.Module, config) -> None:
+    """Sets the bias and QK-norm params the config asks for on an Attention `module`."""
+    h, kh, d, pd = config.num_heads, config.num_kv_heads, config.head_dim, config.param_dtype
+    if config.qkv_bias:
+        module.q_bias = param(jnp.zeros((h, d)), ("heads", "kv"), pd)
+        module.k_bias = param(jnp.zeros((kh, d)), ("kv_heads", "kv"), pd)
+        module.v_bias = param(jnp.zeros((kh, d)), ("kv_heads", "kv"), pd)
+    if config.qk_norm:
+        kw = {"eps": config.norm_eps, "param_dtype": pd, "offset": config.norm_offset,
+              "axis": "kv"}
+        module.q_norm = RMSNorm(d, **kw)
+        module.k_norm = RMSNorm(d, **kw)
+
+
+def apply_qkv_features(module: nnx.Module, q: Array, k: Array, v: Array
+                       ) -> tuple[Array, Array, Array]:
+    """(q, k, v) with the bias, the QK-norm and the query scale of `module.config`."""
+    cfg = module.config
+    if cfg.qkv_bias:
+        q = q + module.q_bias[...].astype(q.dtype)[None, None]
+        k = k + module.k_bias[...].astype(k.dtype)[None, None]
+        v = v + module.v_bias[...].astype(v.dtype)[None, None]
+    if cfg.qk_norm:
+        q, k = module.q_norm(q), module.k_norm(k)
+    factor = softmax_scale(cfg) * math.sqrt(cfg.head_dim)
+    if factor != 1.0:
+        q = q * jnp.asarray(factor, q.dtype)
+    return q, k, v

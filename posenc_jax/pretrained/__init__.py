@@ -1,0 +1,1 @@
+"""Pretrained checkpoints (safetensors directories, GGUF files) read into the model."""

@@ -1,0 +1,124 @@
+"""A GGUF file (llama.cpp's format) read as a Hugging Face checkpoint, one tensor at a time.
+
+    ckpt = open_gguf("SmolLM2-135M-Instruct.Q4_1.gguf")
+    ckpt.config                  # the config.json dict transformers builds (gguf_config.hf_config)
+    ckpt.names()                 # ["model.embed_tokens.weight", "model.layers.0....", ...]
+    ckpt.shape(name)             # (49152, 576): Hugging Face layout, [out, in] for a linear layer
+    ckpt.tensor(name)            # np.ndarray float32, dequantised with gguf.quants.dequantize
+    ckpt.field("tokenizer.ggml.tokens")   # any metadata value (the tokenizer reads its own)
+
+`tensor` gives exactly what transformers 5.24 holds after loading the file: llama.cpp stores
+Llama's q/k projection rows permuted for its interleaved RoPE (per head, [d/2 pairs, 2] ->
+[2, d/2]) and the llama architecture's rows are put back; Gemma's `*norm.weight` are stored as
+1 + w and come back as w (the model adds the 1). The file is memory-mapped: nothing but the
+metadata is read until a tensor is asked for. A file that is not GGUF, is truncated, or holds a
+tensor that does not dequantise to finite values raises ValueError naming the file (and the
+tensor). Tensors that transformers' models have no parameter for (`rope_freqs.weight`) are left
+out of `names()`; any other unknown tensor name is an error, not a silent skip.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+from typing import Any
+
+import numpy as np
+from gguf import quants
+
+from posenc_jax.pretrained import gguf_config, gguf_format
+
+__all__ = ["GGUFCheckpoint", "open_gguf"]
+
+
+class GGUFCheckpoint:
+    """One GGUF file as a checkpoint (see the module docstring). Build with `open_gguf`."""
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = pathlib.Path(path)
+        parsed = gguf_format.read_gguf(self.path)
+        self._fields = parsed.fields
+        self.arch = self._fields.get("general.architecture")
+        file_names = [t.name for t in parsed.tensors]
+        self.config = gguf_config.hf_config(self._fields, file_names, where=str(self.path))
+        self._tensors: dict[str, gguf_format.TensorInfo] = {}
+        for t in parsed.tensors:
+            if t.name in gguf_config.IGNORED:
+                continue
+            hf = gguf_config.hf_tensor_name(t.name, self.arch)
+            if hf is None:
+                raise ValueError(f"{self.path}: tensor {t.name!r}: no Hugging Face "
+                                 f"{self.config['model_type']} parameter has this GGUF name")
+            self._tensors[hf] = t
+
+    def field(self, key: str, default: Any = None) -> Any:
+        """The metadata value under `key`: int, float, bool, str, list[str] or a 1-D numpy
+        array (numeric arrays such as tokenizer.ggml.scores); `default` when absent."""
+        return self._fields.get(key, default)
+
+    def field_keys(self) -> list[str]:
+        return list(self._fields)
+
+    def names(self) -> list[str]:
+        """Hugging Face names of the file's tensors, in the file's order."""
+        return list(self._tensors)
+
+    def gguf_name(self, name: str) -> str:
+        return self._info(name).name
+
+    def shape(self, name: str) -> tuple[int, ...]:
+        """The tensor's shape in Hugging Face layout (outermost first), without reading it."""
+        return self._info(name).shape
+
+    def tensor(self, name: str) -> np.ndarray:
+        """Tensor `name` (a Hugging Face name) as a new float32 array in Hugging Face layout."""
+        t = self._info(name)
+        try:
+            w = np.asarray(quants.dequantize(t.data, t.ggml_type), dtype=np.float32)
+        except (NotImplementedError, ValueError) as e:
+            raise ValueError(f"{self.path}: tensor {name!r} (GGUF {t.name!r}, "
+                             f"{t.ggml_type.name}): cannot dequantise: {e}") from e
+        w = w.reshape(self.shape(name))
+        if not np.all(np.isfinite(w)):
+            raise ValueError(f"{self.path}: tensor {name!r} (GGUF {t.name!r}): holds "
+                             f"{int(np.sum(~np.isfinite(w)))} non-finite values (corrupt file?)")
+        if self.arch == "llama" and (".attn_q." in t.name or ".attn_k." in t.name):
+            heads = self.config["num_attention_heads" if ".attn_q." in t.name
+                                else "num_key_value_heads"]
+            w = _unpermute_rows(w, heads)
+        if self.arch == "gemma3" and t.name.endswith("norm.weight"):
+            w = w - np.float32(1.0)
+        return np.array(w, dtype=np.float32, copy=True)
+
+    def _info(self, name: str):
+        try:
+            return self._tensors[name]
+        except KeyError:
+            raise KeyError(f"{self.path}: no tensor {name!r} (it has {len(self._tensors)}, "
+                           f"e.g. {', '.join(list(self._tensors)[:3])})") from None
+
+    def __repr__(self) -> str:
+        return (f"GGUFCheckpoint({str(self.path)!r}, model_type={self.config['model_type']!r}, "
+                f"{len(self._tensors)} tensors)")
+
+
+def _unpermute_rows(w: np.ndarray, heads: int) -> np.ndarray:
+    """Undo llama.cpp's q/k row order: per head its rows are stored as [pair, 2] pairs
+    (interleaved RoPE), Hugging Face's order is [2, pair] (rotate-half). w: [heads * d, ...]."""
+    rows = w.shape[0]
+    if rows % (2 * heads):
+        raise ValueError(f"q/k projection with {rows} rows does not split into {heads} heads "
+                         "of an even size")
+    half = rows // heads // 2
+    return w.reshape(heads, half, 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+def open_gguf(path: str | os.PathLike) -> GGUFCheckpoint:
+    """Open GGUF file `path` as a checkpoint. FileNotFoundError if it is not there,
+    ValueError (naming the file) if it is not a GGUF file of a supported architecture."""
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"open_gguf: path must be a str or os.PathLike, got {type(path).__name__}")
+    if not pathlib.Path(path).is_file():
+        raise FileNotFoundError(f"{path}: no such GGUF file")
+    return GGUFCheckpoint(path)
+
