@@ -7,8 +7,8 @@ from collections.abc import Sequence
 
 from absl import app, flags, logging
 from ml_collections import config_flags
-from posenc_jax.pretrained import load
 
+from posenc_jax import pretrained
 from train import xla_flags
 from train.extend import runner
 
@@ -23,6 +23,10 @@ def main(argv: Sequence[str]) -> None:
         logging.set_verbosity(logging.WARNING)
     if len(argv) > 1:
         raise ValueError(f"unexpected arguments {argv[1:]}")
+    load = getattr(pretrained, "load", None)  # issue 21's loader; absent in older checkouts
+    if load is None:
+        raise SystemExit("train.extend needs posenc_jax.pretrained.load (issue 21), which this "
+                         "checkout does not have yet")
     runner.run(flags.FLAGS.config, flags.FLAGS.workdir, load=load)
 
 

@@ -32,6 +32,7 @@ import numpy as np
 import optax
 from flax import nnx
 
+from posenc_jax import pretrained
 from posenc_jax.model.config import TransformerConfig
 from posenc_jax.model.transformer import Transformer
 from train.extend import measure, plan, prompts, table, texts
@@ -231,7 +232,10 @@ def main(argv=None) -> None:
     if args.smoke:
         args.steps, args.lr, args.train_chars = min(args.steps, 3), 1e-3, 200_000
         return run(args, smoke_load)
-    from posenc_jax.pretrained import load
+    load = getattr(pretrained, "load", None)  # issue 21's loader; absent in older checkouts
+    if load is None:
+        raise SystemExit("extend_finetune needs posenc_jax.pretrained.load (issue 21), which "
+                         "this checkout does not have yet")
     return run(args, load)
 
 
