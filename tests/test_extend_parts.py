@@ -85,6 +85,20 @@ def test_texts_come_from_this_python():
         texts.source_text("poetry")
 
 
+class AddsBos(Words):
+    """A tokenizer whose encode puts BOS in front by itself (as Gemma's does)."""
+
+    def encode(self, text):
+        return [0] + super().encode(text)
+
+
+def test_pieces_never_carry_a_bos_of_their_own():
+    tok = AddsBos()
+    assert texts.plain_ids(tok, "a b") == [1, 2]
+    assert texts.encode(tok, "a b", add_bos=False) == [1, 2]
+    assert texts.encode(tok, "a b", add_bos=True) == [0, 1, 2]
+
+
 def test_the_default_plan():
     p = plan.make_plan(extend_smollm2.get_config(), "/tmp/x")
     assert p.methods == ("none", *scalings.methods())

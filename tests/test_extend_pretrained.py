@@ -2,38 +2,25 @@
 (C = 64, untied output head, its own BPE tokenizer.json) read by `posenc_jax.pretrained`.
 
 Until `posenc_jax.pretrained.load` lands, `load` here is the same contract put together from
-`open_safetensors` + `loader.build` + the checkpoint's tokenizer.json (`tokenizers`)."""
+`open_safetensors` + `loader.build` + `Tokenizer.from_directory`."""
 
 import os
 import pathlib
 import types
 
-from tokenizers import Tokenizer
-
 from configs import extend_smollm2
 from posenc_jax.pretrained.loader import build
 from posenc_jax.pretrained.safetensors_io import open_safetensors
+from posenc_jax.pretrained.tokenizer import Tokenizer
 from train.extend import runner
 
 TINY = pathlib.Path(__file__).resolve().parent / "data" / "pretrained" / "tiny"
 
 
-class _Tokenizer:
-    def __init__(self, directory, hf):
-        self._tok = Tokenizer.from_file(os.path.join(directory, "tokenizer.json"))
-        self.bos_id, self.eos_id = hf.get("bos_token_id"), hf.get("eos_token_id")
-
-    def encode(self, text):
-        return self._tok.encode(text, add_special_tokens=False).ids
-
-    def decode(self, ids):
-        return self._tok.decode(list(ids))
-
-
 def load(path, *, dtype="float32", rope_scaling=None):
     model, config, hf = build(open_safetensors(path), dtype=dtype, rope_scaling=rope_scaling)
     return types.SimpleNamespace(model=model, config=config, hf_config=hf,
-                                 tokenizer=_Tokenizer(path, hf))
+                                 tokenizer=Tokenizer.from_directory(path))
 
 
 def test_the_study_on_a_tiny_real_checkpoint(tmp_path):

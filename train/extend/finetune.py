@@ -96,7 +96,8 @@ def evaluate(model, tokenizer, *, context: int, add_bos: bool, depths, keys) -> 
            "passkey": {}}
     bos = [tokenizer.bos_id] if add_bos and tokenizer.bos_id is not None else []
     for m in (context, 2 * context, n):
-        items = [prompts.passkey_prompt(tokenizer.encode, length=m - 8, depth=d, key=k,
+        items = [prompts.passkey_prompt(functools.partial(texts.plain_ids, tokenizer),
+                                        length=m - 8, depth=d, key=k,
                                         prefix=bos) for d in depths for k in keys]
         answers = measure.passkey_answers(model, [p.ids for p in items],
                                           decode=tokenizer.decode, max_new_tokens=8)

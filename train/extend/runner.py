@@ -15,6 +15,7 @@ is saved when it finished, the process exits 0 and the same command continues. A
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import signal
 import time
@@ -125,7 +126,8 @@ def passkey_prompts(tokenizer, job: PasskeyJob, *, add_bos: bool) -> list[prompt
     (so prompt and answer fit in `length` positions)."""
     bos = getattr(tokenizer, "bos_id", None)
     prefix = [int(bos)] if add_bos and bos is not None else []
-    return [prompts.passkey_prompt(tokenizer.encode, length=job.length - job.max_new_tokens,
+    encode = functools.partial(texts.plain_ids, tokenizer)
+    return [prompts.passkey_prompt(encode, length=job.length - job.max_new_tokens,
                                    depth=d, key=k, prefix=prefix)
             for d in job.depths for k in job.keys]
 

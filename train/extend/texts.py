@@ -66,13 +66,19 @@ def source_text(name: str) -> str:
     return _SOURCES[name]()
 
 
-def encode(tokenizer: Any, text: str, *, add_bos: bool) -> list[int]:
-    """`tokenizer.encode(text)`, with `tokenizer.bos_id` in front when `add_bos` (once)."""
+def plain_ids(tokenizer: Any, text: str) -> list[int]:
+    """`tokenizer.encode(text)` without the BOS a tokenizer may add by itself (Gemma's does):
+    the ids of the text alone, to concatenate pieces."""
     ids = [int(i) for i in tokenizer.encode(text)]
     bos = getattr(tokenizer, "bos_id", None)
-    if add_bos and bos is not None and (not ids or ids[0] != bos):
-        ids = [int(bos)] + ids
-    return ids
+    return ids[1:] if bos is not None and ids[:1] == [bos] else ids
+
+
+def encode(tokenizer: Any, text: str, *, add_bos: bool) -> list[int]:
+    """The ids of `text`, with `tokenizer.bos_id` in front exactly when `add_bos`."""
+    ids = plain_ids(tokenizer, text)
+    bos = getattr(tokenizer, "bos_id", None)
+    return [int(bos)] + ids if add_bos and bos is not None else ids
 
 
 def document_ids(tokenizer: Any, name: str, n: int, *, add_bos: bool,
