@@ -79,15 +79,20 @@ def _byte_level(tokens: list[str], merges: list[str], pre: str | None) -> Tokeni
 
 
 def _position_merges(tokens: list[str], vocab: dict[str, int]) -> list[tuple[str, str]]:
-    rank = {t: -i for i, t in enumerate(tokens)}  # the later spelling's position wins, in place
-    ranked = []
-    for token, score in rank.items():
-        local = [(token[:k], token[k:]) for k in range(1, len(token))
-                 if token[:k] in vocab and token[k:] in vocab]
-        local.sort(key=lambda lr: (vocab[lr[0]], vocab[lr[1]]))
-        ranked.extend((score, left, right) for left, right in local)
-    ranked.sort(key=lambda m: (m[0], len(m[1]), len(m[2])), reverse=True)  # stable
-    return [(left, right) for _, left, right in ranked]
+    """Every (left, right) split of a token into two tokens, best first: tokens by the position
+    of their (last) spelling in the file, then the longer left part first.
+
+    This is the order transformers' merge generation gives (rank = -position, sorted by rank,
+    len(left), len(right), descending): one token's splits all differ in len(left), so its
+    secondary sort by the halves' ids never decides."""
+    last = {t: i for i, t in enumerate(tokens)}
+    merges = []
+    for token in sorted(last, key=last.__getitem__):
+        for k in range(len(token) - 1, 0, -1):
+            left, right = token[:k], token[k:]
+            if left in vocab and right in vocab:
+                merges.append((left, right))
+    return merges
 
 
 def _gemma(tokens: list[str]) -> Tokenizer:
