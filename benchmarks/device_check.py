@@ -5,7 +5,7 @@
 
 Section time limits are in FULL / SMOKE below (x $DEVICE_CHECK_BUDGET_SCALE, default 1: the
 test sets 3, so a loaded CPU does not cut the smoke short). Writes OUT/device_check.json (keys platform, jax_version, device, mode, tests, rope,
-attention, train, study, seconds) and OUT/device_check.md. Each section runs in its own
+attention, train, study, extend_finetune, seconds) and OUT/device_check.md. Each section runs in its own
 process with its own time limit (so a crash, a hang or an out-of-memory in one part loses
 nothing else; only one process holds the accelerator at a time) and writes what it has
 measured as it goes: a section that fails is recorded with its error and partial results.
@@ -34,7 +34,8 @@ FULL = {
     "train_model": {"num_layers": 24, "embed_dim": 1024, "num_heads": 8, "mlp_dim": 3328,
                     "vocab_size": 256},
     "budget": {"tests": 100, "rope": 25, "attention": 150, "train": 110, "kernel": 120,
-               "study": None},
+               "study": None, "extend_finetune": 300},
+    "extend_steps": 200,
     "total_budget": 500,  # seconds for all sections: the study gets what is left
     "smoke": False,
     "pytest": ["tests/test_pallas.py", "tests/test_attention.py", "tests/test_precision.py",
@@ -46,11 +47,12 @@ SMOKE = {
     "train_model": {"num_layers": 2, "embed_dim": 32, "num_heads": 2, "mlp_dim": 64,
                     "vocab_size": 256},
     "budget": {"tests": 30, "rope": 15, "attention": 30, "train": 45, "kernel": 45,
-               "study": None},
-    "total_budget": 215,
+               "study": None, "extend_finetune": 90},
+    "extend_steps": 3,
+    "total_budget": 305,
     "pytest": [], "smoke": True,
 }
-SECTIONS = ("tests", "rope", "attention", "train", "kernel", "study")
+SECTIONS = ("tests", "rope", "attention", "train", "kernel", "study", "extend_finetune")
 
 
 def run_section(name: str, shapes: dict, path: pathlib.Path, deadline: float,
@@ -97,6 +99,27 @@ def run_section(name: str, shapes: dict, path: pathlib.Path, deadline: float,
                           deadline)
     elif name == "study":
         run_study(shapes, out, deadline, outdir)
+    elif name == "extend_finetune":
+        run_extend_finetune(shapes, out, deadline, outdir)
+
+
+def run_extend_finetune(shapes: dict, out, deadline: float, outdir: pathlib.Path) -> None:
+    """The extension study's fine-tuned row (`python -m train.extend.finetune`): SmolLM2 +
+    YaRN x4 fine-tuned at 32k; its JSON and markdown land in OUT."""
+    cmd = [sys.executable, "-m", "train.extend.finetune", f"--out={outdir}",
+           f"--steps={shapes['extend_steps']}"] + (["--smoke"] if shapes["smoke"] else [])
+    left = deadline - time.time()
+    try:
+        p = subprocess.run(cmd, check=False, cwd=ROOT, capture_output=True, text=True,
+                           timeout=max(left, 10))
+        out("status", "ok" if p.returncode == 0 else f"failed rc={p.returncode}")
+        out("tail", (p.stdout + p.stderr).strip().splitlines()[-8:])
+    except subprocess.TimeoutExpired:
+        out("status", f"timed out after {left:.0f} s")
+    out("cmd", " ".join(cmd[1:]))
+    md = outdir / "extend_finetune.md"
+    if md.exists():
+        out("extend_finetune.md", md.read_text()[:6000])
 
 
 def run_study(shapes: dict, out, deadline: float, outdir: pathlib.Path) -> None:

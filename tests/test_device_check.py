@@ -13,7 +13,8 @@ import sys
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-KEYS = ("platform", "jax_version", "tests", "rope", "attention", "train", "study")
+KEYS = ("platform", "jax_version", "tests", "rope", "attention", "train", "kernel", "study",
+        "extend_finetune")
 
 
 @pytest.mark.slow

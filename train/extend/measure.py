@@ -1,0 +1,148 @@
+"""The two measurements of the extension study on a loaded model (`posenc_jax.pretrained`).
+
+    position_nll(model, ids)                  float64 [n]: the loss at every position of one
+                                              long forward (targets ids[1:], inputs ids[:-1])
+    bucket_perplexity(nll, context=C)         [(start, end, ppl)] over [0, C/4), [C/4, C/2),
+                                              [C/2, C), [C, 2C), [2C, 4C), ... cut at n
+    passkey_answers(model, prompts, decode)   greedy continuations with the KV cache
+                                              (`posenc_jax.model.generate`)
+
+`position_nll` never holds the [n, V] logits: the final norm's output [1, n, E] is tapped,
+the logits the model computes from it are dead code (XLA drops them) and the loss is taken
+`chunk` positions at a time through the model's own output projection (the token embedding's
+transpose when tied, else `unembed`; then its `final_logit_softcap`, if any), so memory is
+O(n E + chunk V). `check_head` compares that
+path with the model's logits on a short input; the runner calls it once per model, so a model
+whose head does something else is an error, not a wrong number.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import math
+from collections.abc import Callable, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from posenc_jax.model.generate import generate
+
+CHUNK = 1024  # positions per output-projection chunk: [CHUNK, V] float32 live at a time
+
+
+class _Tap(nnx.Module):
+    """Wraps the final norm and hands its output [B, L, E] to `sink`."""
+
+    def __init__(self, inner, sink: Callable):
+        self.inner = inner
+        self.sink = sink
+
+    def __call__(self, x):
+        y = self.inner(x)
+        self.sink(y)
+        return y
+
+
+def _head(model) -> jax.Array:
+    """The output projection [E, V] (tied: the embedding's transpose)."""
+    return model.embedding[...].T if model.config.tie_embeddings else model.unembed[...]
+
+
+def _chunk_nll(hidden: jax.Array, targets: jax.Array, head: jax.Array, *, chunk: int,
+               softcap: float | None = None):
+    """-log p(target) float32 [n] from hidden [n, E] and targets int [n], `chunk` at a time."""
+    n = hidden.shape[0]
+    pad = -n % chunk
+    h = jnp.pad(hidden, ((0, pad), (0, 0))).reshape(-1, chunk, hidden.shape[1])
+    t = jnp.pad(targets, (0, pad)).reshape(-1, chunk)
+
+    def one(args):
+        hc, tc = args
+        logits = jnp.einsum("te,ev->tv", hc, head.astype(hc.dtype),
+                            preferred_element_type=jnp.float32)
+        if softcap is not None:  # Gemma 2's final_logit_softcap, as the model applies it
+            logits = jnp.float32(softcap) * jnp.tanh(logits / jnp.float32(softcap))
+        picked = jnp.take_along_axis(logits, tc[:, None], axis=-1)[:, 0]
+        return jax.nn.logsumexp(logits, axis=-1) - picked
+
+    return jax.lax.map(one, (h, t)).reshape(-1)[:n]
+
+
+@functools.partial(jax.jit, static_argnames=("graphdef", "chunk"))
+def _nll(graphdef, state, inputs, targets, *, chunk):
+    model = nnx.merge(graphdef, state)
+    got: list = []
+    model.final_norm = _Tap(model.final_norm, got.append)
+    model(inputs, jnp.arange(inputs.shape[1], dtype=jnp.int32))  # logits unused: dead code
+    return _chunk_nll(got[0][0], targets[0], _head(model), chunk=chunk,
+                      softcap=getattr(model.config, "final_logit_softcap", None))
+
+
+def position_nll(model, ids: Sequence[int], *, chunk: int = CHUNK) -> np.ndarray:
+    """float64 [n] for n + 1 token ids: element p is -log p(ids[p + 1] | ids[:p + 1])."""
+    ids = np.asarray(ids, np.int32)
+    if ids.ndim != 1 or ids.size < 2:
+        raise ValueError(f"ids must be 1-D with at least 2 tokens, got shape {ids.shape}")
+    graphdef, state = nnx.split(model)
+    out = _nll(graphdef, state, jnp.asarray(ids[None, :-1]), jnp.asarray(ids[None, 1:]),
+               chunk=min(chunk, ids.size - 1))
+    return np.asarray(jax.device_get(out), np.float64)
+
+
+@functools.partial(jax.jit, static_argnames=("graphdef",))
+def _direct_nll(graphdef, state, inputs, targets):
+    logits = nnx.merge(graphdef, state)(inputs)[0]
+    return jax.nn.logsumexp(logits, -1) - jnp.take_along_axis(logits, targets[:, None],
+                                                               axis=-1)[:, 0]
+
+
+def check_head(model, ids: Sequence[int], *, atol: float = 1e-3) -> None:
+    """ValueError unless `position_nll` equals the loss from the model's own logits on `ids`
+    (keep it short: the logits [n, V] are built here)."""
+    ids = np.asarray(ids, np.int32)
+    graphdef, state = nnx.split(model)
+    direct = np.asarray(_direct_nll(graphdef, state, jnp.asarray(ids[None, :-1]),
+                                    jnp.asarray(ids[1:])), np.float64)
+    tapped = position_nll(model, ids)
+    worst = float(np.max(np.abs(direct - tapped)))
+    if not worst <= atol:
+        raise ValueError(f"the chunked loss differs from the model's logits by {worst:.3g} "
+                         f"(> {atol}): the model's output head is not the (tied) projection "
+                         "`train.extend.measure` computes")
+
+
+def bucket_edges(context: int, length: int) -> list[tuple[int, int]]:
+    """[(start, end)]: [0, C/4), [C/4, C/2), [C/2, C), [C, 2C), [2C, 4C), ... up to
+    `length`, the last bucket cut at `length`."""
+    edges = [0, context // 4, context // 2, context]
+    while edges[-1] < length:
+        edges.append(edges[-1] * 2)
+    return [(a, min(b, length)) for a, b in itertools.pairwise(edges) if a < length and b > a]
+
+
+def bucket_perplexity(nll: Sequence[float], *, context: int) -> list[tuple[int, int, float]]:
+    """[(start, end, exp(mean nll over positions start..end-1))] over `bucket_edges`."""
+    nll = np.asarray(nll, np.float64)
+    return [(a, b, math.exp(float(nll[a:b].mean()))) for a, b in bucket_edges(context, nll.size)]
+
+
+def perplexity(nll: Sequence[float]) -> float:
+    """exp(mean nll) over all positions."""
+    return math.exp(float(np.mean(np.asarray(nll, np.float64))))
+
+
+def passkey_answers(model, prompts: Sequence[Sequence[int]], *, decode: Callable,
+                    max_new_tokens: int) -> list[str]:
+    """The greedy continuation (`max_new_tokens` tokens, KV cache) of each prompt, decoded
+    with `decode(ids) -> str`; prompts of one length run one at a time (batch 1: the prefill's
+    activations, not the batch, bound the memory at long lengths)."""
+    out = []
+    for ids in prompts:
+        prompt = jnp.asarray(np.asarray(ids, np.int32)[None])
+        tokens = generate(model, prompt, max_new_tokens=max_new_tokens)
+        new = np.asarray(jax.device_get(tokens))[0, len(ids):]
+        out.append(decode([int(t) for t in new]))
+    return out

@@ -1,0 +1,180 @@
+"""The extension study's files: report.md, ppl.csv, buckets.csv, passkey.csv, the figures.
+
+    summary(plan, todo, total=, cost=)    the line printed before the first job
+    write_all(plan, results, invocation=, devices=)
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from train.extend import figures, table
+from train.extend.plan import Plan
+from train.study import files
+from train.study.jobs import NO_SCALING
+from train.study.report import machine
+
+FILES = ("report.md", "ppl.csv", "buckets.csv", "passkey.csv", "timings.json")
+FINETUNE_COMMAND = "bash scripts/device_check.sh OUT   # section extend_finetune"
+
+
+def paths(workdir: str) -> str:
+    return ", ".join(os.path.join(workdir, f) for f in FILES[:4])
+
+
+def summary(plan: Plan, todo, *, total: float, cost) -> str:
+    kinds = {k: sum(1 for j in todo if j.kind == k) for k in ("ppl", "passkey")}
+    return (f"extend: models {list(plan.models)}, methods {list(plan.methods)}, lengths "
+            f"{ {m: list(v) for m, v in plan.lengths.items()} }; to do: {kinds['ppl']} "
+            f"perplexity and {kinds['passkey']} passkey jobs of {len(plan.jobs)}; estimated "
+            f"{total / 60:.1f} min (calibrated here: one forward of "
+            f"{plan.config.calibrate_len} tokens ran at {cost.flops_per_s / 1e9:.1f} GFLOP/s, "
+            f"compile {cost.compile_s:.1f} s, load {cost.load_s:.1f} s; jobs = FLOPs / that "
+            "rate + a compile + a load: `train.extend.estimate`) -- an estimate, not a "
+            "measurement")
+
+
+def describe(row: Mapping[str, Any]) -> str:
+    value = (f"ppl={row['ppl']:.3f}" if "ppl" in row
+             else f"passkey={row['correct']}/{row['trials']}")
+    return f"{row['model']}+{row['method']}@{row['length']} {value}"
+
+
+def _len(n: int | None, context: int) -> str:
+    if n is None:
+        return "not measured"
+    if n == 0:
+        return "none"
+    return f"{n} ({n / context:g} C)"
+
+
+def _grid(rows, *, model, methods, lengths, key, text=None, fmt="{:.3f}") -> list[str]:
+    head = "| method | " + " | ".join(str(n) for n in lengths) + " |"
+    out = [head, "|" + "---|" * (len(lengths) + 1)]
+    for m in methods:
+        c = table.curve(rows, model=model, method=m, key=key, text=text)
+        cells = [fmt.format(c[n]) if n in c and not math.isnan(c[n]) else "" for n in lengths]
+        out.append(f"| {m} | " + " | ".join(cells) + " |")
+    return out
+
+
+def _model_section(plan: Plan, model: str, ppl, buckets, passkey) -> list[str]:
+    cfg, context, lengths = plan.config, plan.contexts[model], plan.lengths[model]
+    texts = [t.strip() for t in cfg.texts.split(",") if t.strip()]
+    sup = table.supported(ppl, passkey, model=model, methods=plan.methods, context=context,
+                          texts=texts, tolerance=float(cfg.tolerance),
+                          threshold=float(cfg.passkey_threshold))
+    out = [f"## {model} (context C = {context}; {cfg.model[model].file})", "",
+           f"Supported length, zero-shot: the longest length at which perplexity stays within "
+           f"{float(cfg.tolerance):.0%} of the model's own at C (on every text: "
+           + ", ".join(f"{t} {r:.3f}" for t, r in sup[0]["refs"].items())
+           + f") and passkey accuracy stays >= {cfg.passkey_threshold} (at every length "
+           "measured up to it).", "",
+           "| method | perplexity within 10% up to | passkey >= 0.9 up to | both |",
+           "|---|---|---|---|"]
+    for s in sup:
+        out.append(f"| {s['method']} | {_len(s['ppl_len'], context)} | "
+                   f"{_len(s['passkey_len'], context)} | {_len(s['both'], context)} |")
+    out += ["", (f"| YaRN fine-tuned to 4C ({4 * context}) | not yet measured | not yet "
+                f"measured | `{FINETUNE_COMMAND}` |"), ""]
+    for text in texts:
+        out += [(f"Perplexity of the first n tokens of `{text}` (none at n < its longest "
+                "length: the prefix of that forward):"), ""]
+        out += _grid(ppl, model=model, methods=plan.methods, lengths=lengths, key="ppl",
+                     text=text) + [""]
+        rows = [r for r in buckets if r["model"] == model and r["text"] == text]
+        longest = {m: max((int(r["length"]) for r in rows if r["method"] == m), default=0)
+                   for m in plan.methods}
+        spans = sorted({(int(r["start"]), int(r["end"])) for r in rows})
+        if spans:
+            out += [(f"Perplexity by position bucket (`{text}`), each method at its longest "
+                    "length:"), "", "| method (length) | " + " | ".join(
+                        f"[{a}, {b})" for a, b in spans) + " |", "|" + "---|" * (len(spans) + 1)]
+            for m in plan.methods:
+                cell = {(int(r["start"]), int(r["end"])): float(r["ppl"]) for r in rows
+                        if r["method"] == m and int(r["length"]) == longest[m]}
+                if cell:
+                    out.append(f"| {m} ({longest[m]}) | " + " | ".join(
+                        f"{cell[s]:.3f}" if s in cell else "" for s in spans) + " |")
+            out.append("")
+    pk_lengths = sorted({int(r["length"]) for r in passkey if r["model"] == model})
+    if pk_lengths:
+        out += ["Passkey accuracy (exact key; greedy decoding with the KV cache):", ""]
+        out += _grid(passkey, model=model, methods=plan.methods, lengths=pk_lengths,
+                     key="accuracy", fmt="{:.2f}") + [""]
+    out += [f"![perplexity by position](ppl_by_position_{model}.png)",
+            f"![passkey](passkey_{model}.png)", ""]
+    return out
+
+
+def _scaling_notes(plan: Plan, results) -> list[str]:
+    seen, out = set(), ["## The scaling dicts (as Hugging Face writes `rope_scaling`)", "",
+                        ("factor = length / C; the registry's `stretch` rule of each method "
+                        "(`posenc_jax.encodings.rope_scaling.registry`): linear, ntk, dynamic, "
+                        "yarn take the factor (and C as original_max_position_embeddings; "
+                        "YaRN's betas at their defaults 32 / 1); llama3: Llama 3.1's band "
+                        "edges, low_freq_factor 1 and high_freq_factor 4 (wavelengths C and "
+                        "C/4); longrope: no search, the NTK-aware per-dimension rule "
+                        "long_factor_i = factor^(2i / (d - 2)), short_factor 1. Dynamic grows "
+                        "with the sequence by itself (factor given, frequencies from the "
+                        "current length)."), ""]
+    for job in plan.jobs:
+        if job.method != NO_SCALING and (job.model, job.method) not in seen:
+            last = max(j.length for j in plan.jobs
+                       if j.model == job.model and j.method == job.method)
+            sc = next(j for j in plan.jobs if j.model == job.model and j.method == job.method
+                      and j.length == last).rope_scaling
+            if "long_factor" in sc:
+                sc = {**sc, "long_factor": f"[{len(sc['long_factor'])} values]",
+                      "short_factor": f"[{len(sc['short_factor'])} values]"}
+            out.append(f"- {job.model} {job.method} at {last}: `{json.dumps(sc)}`")
+            seen.add((job.model, job.method))
+    return out + [""]
+
+
+def _timing(plan: Plan, results, timings: Sequence[Mapping[str, Any]]) -> list[str]:
+    out = ["## Time", ""]
+    for t in timings:
+        est = t.get("estimate_s")
+        out.append(f"- {t['started']}: {t['jobs']} jobs, estimated "
+                   f"{'' if est is None else f'{est / 60:.1f} min, '}took "
+                   f"{t.get('wall_s', 0) / 60:.1f} min; load average at start "
+                   f"{', '.join(f'{x:.1f}' for x in t.get('load_at_start', []))}")
+    spent = sum(float(r.get("seconds", 0.0)) for r in results.values())
+    return out + [f"- sum of the jobs' own seconds: {spent / 60:.1f} min", "", machine(), ""]
+
+
+def write_all(plan: Plan, results: Mapping, *, invocation: Mapping[str, Any],
+              devices: str) -> None:
+    workdir = plan.workdir
+    rows = list(results.values())
+    ppl, buckets, passkey = table.ppl_rows(rows), table.bucket_rows(rows), table.passkey_rows(rows)
+    files.write_text(os.path.join(workdir, "ppl.csv"), table.csv_text(ppl, table.PPL_COLUMNS))
+    files.write_text(os.path.join(workdir, "buckets.csv"),
+                     table.csv_text(buckets, table.BUCKET_COLUMNS))
+    files.write_text(os.path.join(workdir, "passkey.csv"),
+                     table.csv_text(passkey, table.PASSKEY_COLUMNS))
+    timings = (files.read_json(os.path.join(workdir, "timings.json")) or []) + [
+        dict(invocation)]
+    files.write_json(os.path.join(workdir, "timings.json"), timings)
+    texts = [t.strip() for t in plan.config.texts.split(",") if t.strip()]
+    md = ["# Zero-shot context extension of pretrained models", "",
+          ("`python -m train.extend --config=<config> --workdir=<dir>` "
+          f"({len(plan.jobs)} jobs; {devices}). Perplexity: one forward over the first n + 1 "
+          "tokens of text that ships with Python (prose: `pydoc_data/topics.py`; code: long "
+          "stdlib modules), the loss at every position. Passkey: the YaRN / LongRoPE prompt, "
+          "exact match of the first number decoded."), ""]
+    for model in plan.models:
+        md += _model_section(plan, model, ppl, buckets, passkey)
+        figures.position_figure(os.path.join(workdir, f"ppl_by_position_{model}.png"),
+                                buckets, model=model, context=plan.contexts[model],
+                                methods=plan.methods, texts=texts)
+        figures.passkey_figure(os.path.join(workdir, f"passkey_{model}.png"), passkey,
+                               model=model, context=plan.contexts[model],
+                               methods=plan.methods)
+    md += _scaling_notes(plan, results) + _timing(plan, results, timings)
+    files.write_text(os.path.join(workdir, "report.md"), "\n".join(md))
