@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/attention.py                 # L = 2048, 8192, 16384
     .venv/bin/python benchmarks/attention.py --lengths 2048 --grad
+    .venv/bin/python benchmarks/attention.py --smoke         # L = 64, block 16, one call (CI)
 
 B = 1, H = 8, D = 64. Each (implementation, length) runs in its own subprocess, so the peak
 resident set (`ru_maxrss`) belongs to that configuration alone; the time is the mean of
@@ -68,7 +69,10 @@ def main() -> None:
     parser.add_argument("--grad", action="store_true", help="time forward + backward")
     parser.add_argument("--max-dense-gb", type=float, default=16.0)
     parser.add_argument("--child", nargs=2, metavar=("IMPL", "L"), help=argparse.SUPPRESS)
+    parser.add_argument("--smoke", action="store_true", help="L=64, block 16, 1 repeat (CI)")
     args = parser.parse_args()
+    if args.smoke:
+        args.lengths, args.repeats, args.block = [64], 1, 16
     if args.child:
         result = child(args.child[0], int(args.child[1]), args.repeats, args.grad, args.block)
         print("RESULT " + json.dumps(result))

@@ -52,7 +52,7 @@ def _functions(enc, impl, backend, block):
 
     def fwd(q, k, v, params):
         pos = jnp.arange(q.shape[1], dtype=jnp.int32)
-        if not raw and enc.has_rotate:
+        if not raw and "rotate" in enc.hooks:
             q, k = enc.rotate(params, q, k, pos, pos)
         return attend(q, k, v, encoding=enc, params=params, q_positions=pos, k_positions=pos,
                       causal=True, implementation=impl, dense_backend=backend,

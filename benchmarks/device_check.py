@@ -33,7 +33,8 @@ FULL = {
     "matmul_n": 8192, "train_steps": 10, "train_batch": (16, 2048),
     "train_model": {"num_layers": 24, "embed_dim": 1024, "num_heads": 8, "mlp_dim": 3328,
                     "vocab_size": 256},
-    "budget": {"tests": 100, "rope": 25, "attention": 150, "train": 110, "study": None},
+    "budget": {"tests": 100, "rope": 25, "attention": 150, "train": 110, "kernel": 120,
+               "study": None},
     "total_budget": 500,  # seconds for all sections: the study gets what is left
     "smoke": False,
     "pytest": ["tests/test_pallas.py", "tests/test_attention.py", "tests/test_precision.py",
@@ -44,11 +45,12 @@ SMOKE = {
     "matmul_n": 128, "train_steps": 2, "train_batch": (2, 32),
     "train_model": {"num_layers": 2, "embed_dim": 32, "num_heads": 2, "mlp_dim": 64,
                     "vocab_size": 256},
-    "budget": {"tests": 30, "rope": 15, "attention": 30, "train": 45, "study": None},
-    "total_budget": 170,
+    "budget": {"tests": 30, "rope": 15, "attention": 30, "train": 45, "kernel": 45,
+               "study": None},
+    "total_budget": 215,
     "pytest": [], "smoke": True,
 }
-SECTIONS = ("tests", "rope", "attention", "train", "study")
+SECTIONS = ("tests", "rope", "attention", "train", "kernel", "study")
 
 
 def run_section(name: str, shapes: dict, path: pathlib.Path, deadline: float,
@@ -88,6 +90,11 @@ def run_section(name: str, shapes: dict, path: pathlib.Path, deadline: float,
         sec.attention(shapes, out)
     elif name == "train":
         sec.train(shapes, out, deadline)
+    elif name == "kernel":  # head dims 64 / 96 / 256, Gemma 3's sliding window, block sweep
+        import kernel_device
+
+        kernel_device.run(kernel_device.SMOKE if shapes["smoke"] else kernel_device.FULL, out,
+                          deadline)
     elif name == "study":
         run_study(shapes, out, deadline, outdir)
 

@@ -5,6 +5,7 @@ jitted copy of the same bytes. Run from the repository root (quietest CPU you ca
 
     .venv/bin/python benchmarks/rope.py              # float32 and bfloat16
     .venv/bin/python benchmarks/rope.py --variants   # also the formulations we tried
+    .venv/bin/python benchmarks/rope.py --smoke      # [1, 64, 2, 16] float32, one round (CI)
 
 Each function is jitted, warmed up, then timed in several rounds interleaved with the others
 (so a burst of load from another process hits all of them); a round reports the median of
@@ -24,7 +25,8 @@ import numpy as np
 
 from posenc_jax.encodings import rope
 
-B, L, H, D = 4, 2048, 16, 128
+SHAPE = (4, 2048, 16, 128)  # B, L, H, D
+SMOKE_SHAPE = (1, 64, 2, 16)
 
 
 # --- a direct JAX port of Hugging Face's recipe (modeling_llama / modeling_rope_utils) --------
@@ -103,7 +105,8 @@ def time_all(fns, args, *, rounds, reps):
     return best, jitted
 
 
-def run(dtype, *, rounds, reps, variants):
+def run(dtype, *, rounds, reps, variants, shape=SHAPE):
+    B, L, H, D = shape
     kq, kk = jax.random.split(jax.random.key(0))
     q = jax.random.normal(kq, (B, L, H, D), jnp.float32).astype(dtype)
     k = jax.random.normal(kk, (B, L, H, D), jnp.float32).astype(dtype)
@@ -152,11 +155,17 @@ def main():
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--variants", action="store_true", help="also time rejected forms")
     parser.add_argument("--dtypes", default="float32,bfloat16")
+    parser.add_argument("--smoke", action="store_true",
+                        help=f"q, k {list(SMOKE_SHAPE)}, float32, one round of one call (CI)")
     args = parser.parse_args()
+    shape = SMOKE_SHAPE if args.smoke else SHAPE
+    if args.smoke:
+        args.rounds, args.reps, args.dtypes = 1, 1, "float32"
     print(f"jax {jax.__version__} on {jax.devices()[0].platform}, "
           f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f} at start")
     for name in args.dtypes.split(","):
-        best = run(jnp.dtype(name), rounds=args.rounds, reps=args.reps, variants=args.variants)
+        best = run(jnp.dtype(name), rounds=args.rounds, reps=args.reps, variants=args.variants,
+                   shape=shape)
         ours = best["ours: rope.apply"]
         port = best["HF rotate_half port"]
         print(f"  => ours {ours * 1e3:.1f} ms vs HF port {port * 1e3:.1f} ms "

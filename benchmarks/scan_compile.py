@@ -2,6 +2,7 @@
 
     python benchmarks/scan_compile.py                    # 4 and 32 layers, both, 3 repeats
     python benchmarks/scan_compile.py --layers 4,8,16,32,64 --repeats 1
+    python benchmarks/scan_compile.py --smoke        # 2 layers, E=32, B=2, L=16 (CI)
 
 The step is the loss's value and gradient plus an AdamW update (optax), jitted; timed is
 trace + lower + compile (`jax.jit(step).lower(...).compile()`), wall clock and this process's
@@ -28,15 +29,20 @@ from flax import nnx
 from posenc_jax.model.transformer import Transformer, TransformerConfig
 from train import xla_flags
 
+FULL = {"embed_dim": 256, "num_heads": 8, "mlp_dim": 688, "batch": 16, "seq_len": 256}
+SMOKE = {"embed_dim": 32, "num_heads": 2, "mlp_dim": 64, "batch": 2, "seq_len": 16}
 
-def compile_seconds(layers: int, scan: bool, repeats: int) -> tuple[float, float, float]:
+
+def compile_seconds(layers: int, scan: bool, repeats: int, shape: dict = FULL
+                    ) -> tuple[float, float, float]:
     """(best wall s, best CPU s, loss after one step) for one depth and mode."""
-    cfg = TransformerConfig(vocab_size=256, num_layers=layers, embed_dim=256, num_heads=8,
-                            mlp_dim=688, scan_layers=scan)
+    cfg = TransformerConfig(vocab_size=256, num_layers=layers, embed_dim=shape["embed_dim"],
+                            num_heads=shape["num_heads"], mlp_dim=shape["mlp_dim"],
+                            scan_layers=scan)
     graphdef, params = nnx.split(Transformer(cfg, rngs=nnx.Rngs(0)), nnx.Param)
     tx = optax.adamw(1e-3)
     opt = tx.init(params)
-    tokens = jnp.zeros((16, 257), jnp.int32)
+    tokens = jnp.zeros((shape["batch"], shape["seq_len"] + 1), jnp.int32)
     best_wall = best_cpu = float("inf")
     for _ in range(repeats):
         def step(params, opt, tokens):
@@ -60,14 +66,19 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--layers", default="4,32")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--smoke", action="store_true",
+                        help="2 tiny layers, loop and scan, once (CI)")
     args = parser.parse_args()
+    shape = SMOKE if args.smoke else FULL
+    if args.smoke:
+        args.layers, args.repeats = "2", 1
     xla_flags.apply_cpu_defaults()
     print(f"jax {jax.__version__}, {jax.devices()[0].platform}")
     print(f"{'layers':>6} {'mode':<5} {'wall_s':>7} {'cpu_s':>7}  loss")
     for layers in map(int, args.layers.split(",")):
         losses = []
         for scan in (False, True):
-            wall, cpu, loss = compile_seconds(layers, scan, args.repeats)
+            wall, cpu, loss = compile_seconds(layers, scan, args.repeats, shape)
             losses.append(loss)
             print(f"{layers:>6} {'scan' if scan else 'loop':<5} {wall:>7.2f} {cpu:>7.2f}  "
                   f"{loss:.6f}", flush=True)

@@ -4,6 +4,7 @@ machine's measured matmul rate that the train step achieves.
     python benchmarks/train_throughput.py                        # configs/default.py
     python benchmarks/train_throughput.py --config=configs/tiny.py --steps=50
     python benchmarks/train_throughput.py --set model.dtype=bfloat16 --set batch_size=16
+    python benchmarks/train_throughput.py --smoke     # tiny.py shrunk, 1 step, 128^3 matmul (CI)
 
 Model FLOPs per token (PaLM, Chowdhery et al. 2022, appendix B): 6 N + 12 n_layers H D L,
 where N counts the parameters that enter a matmul (every projection, and the tied embedding
@@ -35,7 +36,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from train import data, sharding, trainer, xla_flags
+from train import data, sharding, xla_flags
 from train import state as state_lib
 from train import step as step_lib
 
@@ -93,10 +94,18 @@ def main():
     parser.add_argument("--matmul_n", type=int, default=2048)
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="config override, e.g. model.dtype=bfloat16 (repeatable)")
+    parser.add_argument("--smoke", action="store_true",
+                        help="tiny.py shrunk (1 layer, B=2, L=16), one step, 128^3 matmul (CI)")
     args = parser.parse_args()
+    if args.smoke:
+        args.config, args.steps, args.warmup, args.matmul_n = (
+            str(ROOT / "configs" / "tiny.py"), 1, 0, 128)
     xla_flags.apply_cpu_defaults()  # before the first computation starts JAX's backend
 
     config = load_config(args.config, args.set)
+    if args.smoke:  # smaller still than tiny.py: one layer, B=2, L=16
+        config.batch_size, config.seq_len = 2, 16
+        config.model.num_layers = 1
     compute = jnp.dtype(config.model.dtype)
     peak = matmul_flops_per_sec(args.matmul_n)
     peak_compute = matmul_flops_per_sec(args.matmul_n, dtype=compute)
@@ -104,7 +113,7 @@ def main():
     mesh = sharding.make_mesh(config.mesh)
     setup = state_lib.make_setup(config, mesh)
     flops_token, n_matmul, n_total = model_flops_per_token(setup, config.seq_len)
-    stream = trainer._train_stream(config)
+    stream = data.config_stream(config.dataset, config.dataset.train_split)
     batch, length = config.batch_size, config.seq_len
     train_step = step_lib.make_train_step(setup, packed=config.dataset.packed,
                                           accum_steps=config.get("grad_accum_steps", 1))

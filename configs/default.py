@@ -13,7 +13,8 @@ Keys (flax examples/lm1b names where they exist):
   checkpoints_to_keep, async_checkpointing
   dataset: name, data_dir, train_split, eval_split, packed, max_tokens, kwargs (builder)
   model: the `posenc_jax.model.config.TransformerConfig` fields
-  mesh: sizes of the axes data, fsdp, tensor (-1: all remaining devices)
+  mesh: sizes of the axes data, fsdp, context, tensor (-1: all remaining devices); context > 1
+          splits each sequence over devices (docs/context_parallel.md)
   logical_axis_rules: (model logical axis, mesh axis | tuple | None) pairs, priority order
   eval: num_tokens (per length), lengths (eval sequence lengths), batch_size
 """
@@ -21,10 +22,12 @@ Keys (flax examples/lm1b names where they exist):
 import ml_collections
 from ml_collections import config_dict
 
+from posenc_jax.model import backends
+
 # Every logical axis of posenc_jax.model.transformer.LOGICAL_AXES must appear here.
 LOGICAL_AXIS_RULES = (
     ("batch", ("data", "fsdp")),
-    ("length", None),
+    ("length", "context"),
     ("embed", "fsdp"),
     ("vocab", "tensor"),
     ("heads", "tensor"),
@@ -41,7 +44,7 @@ def model_config(**overrides) -> ml_collections.ConfigDict:
         "vocab_size": 256, "num_layers": 4, "embed_dim": 128, "num_heads": 4, "mlp_dim": 384,
         "num_kv_heads": config_dict.placeholder(int), "head_dim": config_dict.placeholder(int),
         "mlp_activation": "swiglu", "encoding": "rope",
-        "encoding_kwargs": ml_collections.ConfigDict(), "attention": "dense",
+        "encoding_kwargs": ml_collections.ConfigDict(), "attention": backends.DENSE,
         "block_size": 512, "causal": True, "tie_embeddings": True, "dtype": "float32",
         "param_dtype": "float32", "norm_eps": 1e-6,
         "dense_backend": config_dict.placeholder(str), "scan_layers": False})
@@ -77,7 +80,7 @@ def get_config() -> ml_collections.ConfigDict:
         "train_split": "train", "eval_split": "validation", "packed": False,
         "max_tokens": config_dict.placeholder(int), "kwargs": ml_collections.ConfigDict()})
     config.model = model_config()
-    config.mesh = ml_collections.ConfigDict({"data": -1, "fsdp": 1, "tensor": 1})
+    config.mesh = ml_collections.ConfigDict({"data": -1, "fsdp": 1, "context": 1, "tensor": 1})
     config.logical_axis_rules = LOGICAL_AXIS_RULES
     config.eval = ml_collections.ConfigDict({
         "num_tokens": 65536, "lengths": (128,), "batch_size": config_dict.placeholder(int)})

@@ -46,6 +46,7 @@ Keys:
 import ml_collections
 
 from configs import default
+from posenc_jax.model import backends
 
 
 def get_config():
@@ -76,7 +77,7 @@ def get_config():
     config.eval_num_tokens = 32768
     config.eval_split = "test"
     config.eval_batch_tokens = 4096
-    config.eval_attention = "blockwise"  # same numbers as dense (to 1e-7), faster at 16L here
+    config.eval_attention = backends.BLOCKWISE  # same numbers as dense (to 1e-7), faster at 16L here
     config.eval_block_size = 128
     config.max_eval_memory_gb = 6.0
     config.encoding_kwargs = ml_collections.ConfigDict(

@@ -17,6 +17,7 @@ seconds (the tests run it).
 """
 
 from configs import study
+from posenc_jax.model import backends
 
 
 def get_config(arg: str = ""):
@@ -26,7 +27,7 @@ def get_config(arg: str = ""):
     config.eval_lengths = "256,512,1024,2048,4096"
     config.eval_num_tokens = 65536            # 16 windows at 4096, 256 at L/2
     config.eval_batch_tokens = 65536
-    config.eval_attention = "blockwise"
+    config.eval_attention = backends.BLOCKWISE
     config.eval_block_size = 512
     config.max_eval_memory_gb = 40.0
     config.estimate_gflops = 50000.0          # an assumption (overhead-bound small model)
@@ -43,7 +44,7 @@ def get_config(arg: str = ""):
     train.checkpoint_every_steps = 400
     train.checkpoints_to_keep = 1
     train.model.update(num_layers=6, embed_dim=384, num_heads=6, mlp_dim=1024,
-                       dtype="bfloat16", param_dtype="float32", attention="dense",
+                       dtype="bfloat16", param_dtype="float32", attention=backends.DENSE,
                        block_size=512)
     if arg == "smoke":
         shrink_for_cpu(config)

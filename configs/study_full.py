@@ -18,13 +18,14 @@ would take months: use configs/study.py there.
 """
 
 from configs import study
+from posenc_jax.model import backends
 
 
 def get_config():
     config = study.get_config()
     config.eval_num_tokens = 131072          # 16 windows at 16L = 8192, 512 at L/2
     config.eval_batch_tokens = 65536
-    config.eval_attention = "blockwise"      # O(L) memory at 8192 for ALiBi, T5 and Shaw
+    config.eval_attention = backends.BLOCKWISE  # O(L) memory at 8192 for ALiBi, T5 and Shaw
     config.eval_block_size = 512
     config.max_eval_memory_gb = 40.0
     config.estimate_gflops = 150000.0        # an assumption for an H100/H200-class GPU
@@ -41,6 +42,6 @@ def get_config():
     train.checkpoint_every_steps = 500
     train.checkpoints_to_keep = 2
     train.model.update(num_layers=8, embed_dim=512, num_heads=8, mlp_dim=1536,
-                       dtype="bfloat16", param_dtype="float32", attention="dense",
+                       dtype="bfloat16", param_dtype="float32", attention=backends.DENSE,
                        block_size=512)
     return config

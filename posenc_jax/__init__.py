@@ -1,10 +1,12 @@
 """posenc_jax: positional encodings for transformers as pure, jittable JAX functions.
 
 Every encoding injects order in one (or more) of three places, and every encoding in this
-package is one frozen dataclass with the same three pure hooks (see `posenc_jax.encodings.base`):
+package is one frozen dataclass with the same core, `init` and three pure hooks (see
+`posenc_jax.encodings.base`; optional capabilities in `posenc_jax.encodings.capabilities`):
 
     embed(params, x, positions)            -> x          sinusoidal, learned
-    rotate(params, q, k, q_pos, k_pos)     -> (q, k)     RoPE and its context extensions
+    rotate(params, q, k, q_pos, k_pos, *, seq_len=None)
+                                           -> (q, k)     RoPE and its context extensions
     bias(params, q_pos, k_pos, *, q=None)  -> [..., H, Lq, Lk] or None
                                                          ALiBi, T5 buckets, Shaw et al.
 
@@ -33,6 +35,7 @@ _MODULES = {
     # floor 1: encodings
     "alibi": "posenc_jax.encodings.alibi",
     "base": "posenc_jax.encodings.base",
+    "capabilities": "posenc_jax.encodings.capabilities",
     "cope": "posenc_jax.encodings.cope",
     "fire": "posenc_jax.encodings.fire",
     "frequencies": "posenc_jax.encodings.frequencies",
@@ -51,11 +54,13 @@ _MODULES = {
     "xpos": "posenc_jax.encodings.xpos",
     # floor 2: the model
     "attention": "posenc_jax.model.attention",
+    "backends": "posenc_jax.model.backends",
     "blockwise": "posenc_jax.model.blockwise",
     "config": "posenc_jax.model.config",
     "generate": "posenc_jax.model.generate",
     "kv_cache": "posenc_jax.model.kv_cache",
     "linen": "posenc_jax.model.linen",
+    "rotation": "posenc_jax.model.rotation",
     "transformer": "posenc_jax.model.transformer",
 }
 # Classes users reach for most, by the module that defines them.

@@ -146,6 +146,52 @@ def integer_array(name: str, value: Any):
     return value
 
 
+def float_dtype(name: str, value: Any):
+    """`value` as a floating jnp.dtype (float16 / bfloat16 / float32 / float64); TypeError
+    naming it for an integer, bool or complex dtype, or for what is no dtype at all."""
+    try:
+        dtype = jnp.dtype(value)
+    except TypeError:
+        raise TypeError(f"{name} must be a floating dtype, got {value!r}") from None
+    if not jnp.issubdtype(dtype, jnp.floating):
+        raise TypeError(f"{name} must be a floating dtype (float32, bfloat16, float16), got "
+                        f"{name}={dtype.name}: an integer buffer would round every key and "
+                        "value")
+    return dtype
+
+
+def prng_key(name: str, value: Any):
+    """A PRNG key from `value`: a key (`jax.random.key(...)`, or a legacy uint32 [2] from
+    `jax.random.PRNGKey`) as given, a Python or NumPy int as the seed of `jax.random.key`;
+    TypeError naming the type otherwise (JAX's own message is "invalid PRNG key data")."""
+    if isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name} must be a PRNG key or an int seed, got bool {value!r}")
+    if isinstance(value, (int, np.integer)):
+        return jax.random.key(int(value))
+    if isinstance(value, jax.Array) and (jnp.issubdtype(value.dtype, jax.dtypes.prng_key) or (
+            value.dtype == jnp.uint32 and value.shape[-1:] == (2,))):
+        return value
+    raise TypeError(f"{name} must be a PRNG key (jax.random.key(seed)) or an int seed, got "
+                    f"{_type_name(value)} {value!r}"[:300])
+
+
+def position_array(name: str, value: Any, *, floats: bool = False):
+    """Positions as a jax array: integers (or, with `floats=True`, real numbers too), never
+    bool (a mask passed as positions: TypeError naming the dtype); host integers that JAX
+    would store wrapped (int64 past 2^31 without jax_enable_x64) are a ValueError."""
+    if not isinstance(value, jax.Array):
+        _fits(name, np.asarray(value))
+    value = jnp.asarray(value)
+    if value.dtype == jnp.bool_ or not floats:
+        if value.dtype == jnp.bool_:
+            raise TypeError(f"{name} must hold positions (integers), got dtype=bool: a mask "
+                            "is not a position")
+        return integer_array(name, value)
+    if not jnp.issubdtype(value.dtype, jnp.number) or jnp.iscomplexobj(value):
+        raise TypeError(f"{name} must hold integer or real positions, got dtype={value.dtype}")
+    return value
+
+
 def last_axis(name: str, array: Any, size: int, what: str) -> None:
     """ValueError unless `array`'s last axis has `size` entries (`what` names where the size
     comes from, e.g. "the sinusoidal encoding's embed_dim")."""

@@ -18,7 +18,7 @@ rope_theta / rope_scaling / rope_local_base_freq, flat or under text_config) and
 
 from __future__ import annotations
 
-from make_hf_golden import _P4L, _P4S, DEEPSEEK_V3, LLAMA31_8B, PHI35_LONG, PHI35_SHORT
+from hf_golden_models import DEEPSEEK_V3, LLAMA31_8B, PHI4_LONG, PHI4_SHORT, PHI35_LONG, PHI35_SHORT
 
 
 def _gemma3_types(n: int, pattern: int = 6) -> list[str]:
@@ -114,7 +114,8 @@ PHI4_MINI = {"model_type": "phi3", "hidden_size": 3072, "intermediate_size": 819
              "num_attention_heads": 24, "num_key_value_heads": 8, "num_hidden_layers": 32,
              "max_position_embeddings": 131072, "original_max_position_embeddings": 4096,
              "rope_theta": 10000.0, "partial_rotary_factor": 0.75,
-             "rope_scaling": {"long_factor": _P4L, "short_factor": _P4S, "type": "longrope"}}
+             "rope_scaling": {"long_factor": PHI4_LONG, "short_factor": PHI4_SHORT,
+                              "type": "longrope"}}
 PHI35_MINI = {"model_type": "phi3", "hidden_size": 3072, "intermediate_size": 8192,
               "num_attention_heads": 32, "num_key_value_heads": 32, "num_hidden_layers": 32,
               "max_position_embeddings": 131072, "original_max_position_embeddings": 4096,

@@ -15,6 +15,7 @@ import importlib
 import zlib
 
 import numpy as np
+from hf_golden_cases import LONG, SHORT
 
 ROTARY = {
     "gemma3_text": ("gemma3", "Gemma3RotaryEmbedding"),
@@ -41,7 +42,6 @@ def seed_of(*parts) -> int:
 
 def positions(kind: str) -> np.ndarray:
     """[1, L] text positions, [2, L] (batch-max quirk) or [3, 1, L] multimodal positions."""
-    from hf_golden_cases import LONG, SHORT
     if kind in ("long", "short"):
         return np.array([LONG if kind == "long" else SHORT], np.int64)
     if kind == "batch":  # row 0 stays short, row 1 goes long: the batch max decides for both

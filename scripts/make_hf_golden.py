@@ -40,63 +40,14 @@ import json
 import pathlib
 import sys
 
+import hf_golden_models
+from hf_golden_cases import ROTATE_CASES
+from hf_golden_fuzz import fuzz_goldens
+from hf_golden_models import DEEPSEEK_V3, LLAMA31_8B, PHI35_LONG, PHI35_SHORT
+from hf_golden_rotate import rotate_case
+
 OUT = pathlib.Path(__file__).resolve().parent.parent / "tests" / "data" / "hf_rope_golden.json"
 
-# Phi-3.5-mini-instruct's published config.json (the LongRoPE factor lists, 48 each).
-PHI35_LONG = [
-    1.0800000429153442, 1.1100000143051147, 1.1399999856948853, 1.340000033378601,
-    1.5899999141693115, 1.600000023841858, 1.6200000047683716, 2.620000123977661,
-    3.2300000190734863, 3.2300000190734863, 4.789999961853027, 7.400000095367432,
-    7.700000286102295, 9.09000015258789, 12.199999809265137, 17.670000076293945,
-    24.46000099182129, 28.57000160217285, 30.420001983642578, 30.840002059936523,
-    32.590003967285156, 32.93000411987305, 42.320003509521484, 44.96000289916992,
-    50.340003967285156, 50.45000457763672, 57.55000305175781, 57.93000411987305,
-    58.21000289916992, 60.1400032043457, 62.61000442504883, 62.62000274658203,
-    62.71000289916992, 63.1400032043457, 63.1400032043457, 63.77000427246094,
-    63.93000411987305, 63.96000289916992, 63.970001220703125, 64.02999877929688,
-    64.06999969482422, 64.08000183105469, 64.12000274658203, 64.41000366210938,
-    64.4800033569336, 64.51000213623047, 64.52999877929688, 64.83999633789062,
-]
-PHI35_SHORT = [
-    1.0, 1.0199999809265137, 1.0299999713897705, 1.0299999713897705, 1.0499999523162842,
-    1.0499999523162842, 1.0499999523162842, 1.0499999523162842, 1.0499999523162842,
-    1.0699999332427979, 1.0999999046325684, 1.1099998950958252, 1.1599998474121094,
-    1.1599998474121094, 1.1699998378753662, 1.2899998426437378, 1.339999794960022,
-    1.679999828338623, 1.7899998426437378, 1.8199998140335083, 1.8499997854232788,
-    1.8799997568130493, 1.9099997282028198, 1.9399996995925903, 1.9899996519088745,
-    2.0199997425079346, 2.0199997425079346, 2.0199997425079346, 2.0199997425079346,
-    2.0199997425079346, 2.0199997425079346, 2.0299997329711914, 2.0299997329711914,
-    2.0299997329711914, 2.0299997329711914, 2.0299997329711914, 2.0299997329711914,
-    2.0299997329711914, 2.0299997329711914, 2.0299997329711914, 2.0799996852874756,
-    2.0899996757507324, 2.189999580383301, 2.2199995517730713, 2.5899994373321533,
-    2.729999542236328, 2.749999523162842, 2.8399994373321533,
-]
-
-LLAMA31_8B = {
-    "hidden_size": 4096, "num_attention_heads": 32, "num_key_value_heads": 8,
-    "max_position_embeddings": 131072, "rope_theta": 500000.0,
-    "rope_scaling": {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-                     "original_max_position_embeddings": 8192, "rope_type": "llama3"},
-}
-DEEPSEEK_V3 = {
-    "hidden_size": 7168, "num_attention_heads": 128, "num_key_value_heads": 128,
-    "qk_rope_head_dim": 64, "qk_nope_head_dim": 128, "v_head_dim": 128,
-    "kv_lora_rank": 512, "q_lora_rank": 1536, "max_position_embeddings": 163840,
-    "rope_theta": 10000,
-    "rope_scaling": {"beta_fast": 32, "beta_slow": 1, "factor": 40, "mscale": 1.0,
-                     "mscale_all_dim": 1.0, "original_max_position_embeddings": 4096,
-                     "type": "yarn"},
-}
-
-
-def _phi4_like_factors(n: int) -> tuple[list[float], list[float]]:
-    """Synthetic but realistic-shaped LongRoPE factors (monotone, 1 -> ~factor)."""
-    short = [1.0 + 0.03 * i for i in range(n)]
-    long_ = [1.0 + 31.0 * (i / (n - 1)) ** 2 for i in range(n)]
-    return short, long_
-
-
-_P4S, _P4L = _phi4_like_factors(48)
 
 # name, model_type, config.json dict, sequence lengths (None: as built, before any forward)
 CASES = [
@@ -187,7 +138,8 @@ CASES = [
         "hidden_size": 3072, "num_attention_heads": 24, "num_key_value_heads": 8,
         "max_position_embeddings": 131072, "original_max_position_embeddings": 4096,
         "rope_theta": 10000.0, "partial_rotary_factor": 0.75,
-        "rope_scaling": {"long_factor": _P4L, "short_factor": _P4S, "type": "longrope"}},
+        "rope_scaling": {"long_factor": hf_golden_models.PHI4_LONG,
+                         "short_factor": hf_golden_models.PHI4_SHORT, "type": "longrope"}},
      [None, 8192]),
     ("longrope-explicit-attention-factor", "phi3", {
         "hidden_size": 1024, "num_attention_heads": 16, "max_position_embeddings": 16384,
@@ -304,11 +256,6 @@ def main():
 
 def write_rotate_and_fuzz(transformers, torch):
     """tests/data/hf_rotate_golden.json and tests/data/hf_fuzz_golden.json (transformers 5.x)."""
-    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-    from hf_golden_cases import ROTATE_CASES
-    from hf_golden_fuzz import fuzz_goldens
-    from hf_golden_rotate import rotate_case
-
     meta = {"transformers": transformers.__version__, "torch": torch.__version__}
     cases = {}
     for name, config_json, kind in ROTATE_CASES:

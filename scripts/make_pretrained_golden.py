@@ -122,7 +122,20 @@ def _tokenizer_cases(tok) -> dict:
         rows[name] = {"text": text, "ids": ids, "ids_no_special": plain,
                       "decode_no_special": tok.decode(plain),
                       "decode_skip_special": tok.decode(ids, skip_special_tokens=True)}
-    return {"bos_id": tok.bos_token_id, "eos_id": tok.eos_token_id, "cases": rows}
+    return {"bos_id": tok.bos_token_id, "eos_id": tok.eos_token_id, "cases": rows,
+            **backend_digest(json.loads(tok.backend_tokenizer.to_str()))}
+
+
+def backend_digest(backend: dict) -> dict:
+    """sha256 of the BPE merges ("left right" lines, in rank order) and of the added tokens
+    ("id content special" lines, by id) of a tokenizer.json dict, with their counts."""
+    merges = "\n".join(" ".join(m) for m in backend["model"]["merges"])
+    added = "\n".join(f"{a['id']} {a['content']} {int(a['special'])}"
+                      for a in sorted(backend["added_tokens"], key=lambda a: a["id"]))
+    return {"merges_sha256": hashlib.sha256(merges.encode()).hexdigest(),
+            "merges_count": len(backend["model"]["merges"]),
+            "added_sha256": hashlib.sha256(added.encode()).hexdigest(),
+            "added_count": len(backend["added_tokens"])}
 
 
 def _config_dict(config) -> dict:

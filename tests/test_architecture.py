@@ -2,6 +2,12 @@
 no cycle, the floors never reach up, no project import hides inside a function, and no
 encoding name leaks into the model floor or the training code.
 
+Issue 20 extends the graph to `scripts/` and `benchmarks/` (plain folders of scripts that import
+their siblings by bare name, `from hf_golden_cases import ...`, which the graph resolves to
+`scripts.hf_golden_cases`): no cycle there either, the package never imports them, and torch /
+transformers appear only in the files named in TORCH_ONLY (the `bench` extra's and the
+throwaway golden venv's).
+
 The checks read the source with `ast` (imports inside functions included) and take the root
 of a source tree, so they can be pointed at another checkout:
 
@@ -12,6 +18,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import fnmatch
 import itertools
 import json
 import os
@@ -23,6 +30,18 @@ import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 PACKAGES = ("posenc_jax", "train", "configs")
+SCRIPT_DIRS = ("scripts", "benchmarks")  # folders of scripts, each run with its folder on sys.path
+PROJECT = PACKAGES + SCRIPT_DIRS
+# The only files that may import torch or transformers (globs, relative to the root): never
+# the package, its tests or CI.
+TORCH_ONLY = {
+    "benchmarks/torch_twin.py": "the PyTorch twin model (bench extra)",
+    "benchmarks/vs_pytorch.py": "its torch worker process (bench extra; CI runs the JAX side)",
+    "scripts/make_*golden*.py": "golden-file writers, run in a throwaway venv",
+    "scripts/hf_golden_*.py": "golden-file writers' parts, run in a throwaway venv",
+    "scripts/pretrained_golden_*.py": "golden-file writers' parts, run in a throwaway venv",
+}
+HEAVY = ("torch", "transformers")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -34,9 +53,10 @@ class Edge:
 
 
 def modules(root: pathlib.Path) -> dict[str, pathlib.Path]:
-    """Dotted module name -> file, for every .py file of the project's packages under root."""
+    """Dotted module name -> file, for every .py file of the project's packages and script
+    folders under root."""
     out = {}
-    for package in PACKAGES:
+    for package in PROJECT:
         for path in sorted((root / package).rglob("*.py")):
             parts = path.relative_to(root).with_suffix("").parts
             if parts[-1] == "__init__":
@@ -86,9 +106,12 @@ def import_edges(root: pathlib.Path) -> list[Edge]:
     edges = []
     for name, path in known.items():
         tree = ast.parse(path.read_text(), str(path))
+        folder = name.split(".")[0]
         for node, in_function in _imports(tree):
             for target in _targets(node, name, path.name == "__init__.py", known):
-                if target.split(".")[0] in PACKAGES and target != name:
+                if folder in SCRIPT_DIRS and f"{folder}.{target}" in known:
+                    target = f"{folder}.{target}"  # a sibling script, imported by bare name
+                if target.split(".")[0] in PROJECT and target != name:
                     edges.append(Edge(name, target, node.lineno, in_function))
     return edges
 
@@ -169,10 +192,15 @@ def import_cycles(root: pathlib.Path) -> list[str]:
 
 
 def floor_violations(root: pathlib.Path) -> list[str]:
-    """posenc_jax importing train, or posenc_jax.encodings importing posenc_jax.model."""
+    """posenc_jax importing train, posenc_jax.encodings importing posenc_jax.model, a package
+    importing a script or a benchmark, or anything but a torch-only file importing one."""
     out = []
     for edge in import_edges(root):
         top = edge.target.split(".")[0]
+        if edge.source.split(".")[0] in PACKAGES and top in SCRIPT_DIRS:
+            out.append(f"{edge.source}:{edge.line} imports {edge.target} (a script)")
+        if _torch_only(_file_of(edge.target)) and not _torch_only(_file_of(edge.source)):
+            out.append(f"{edge.source}:{edge.line} imports {edge.target} (torch-only)")
         if edge.source.startswith("posenc_jax") and top == "train":
             out.append(f"{edge.source}:{edge.line} imports {edge.target}")
         if (edge.source.startswith("posenc_jax.encodings")
@@ -181,11 +209,57 @@ def floor_violations(root: pathlib.Path) -> list[str]:
     return out
 
 
-def imports_in_functions(root: pathlib.Path) -> list[str]:
-    """Project imports inside a function body, in posenc_jax/ and train/."""
+def imports_in_functions(root: pathlib.Path,
+                         folders=("posenc_jax", "train", "scripts")) -> list[str]:
+    """Project imports inside a function body, in posenc_jax/, train/ and scripts/ (benchmarks/
+    may: a benchmark sets XLA_FLAGS or sys.path before it imports JAX and the project)."""
     return [f"{e.source}:{e.line} imports {e.target} inside a function"
             for e in import_edges(root)
-            if e.in_function and e.source.split(".")[0] in ("posenc_jax", "train")]
+            if e.in_function and e.source.split(".")[0] in folders]
+
+
+def _file_of(module: str) -> str:
+    """'benchmarks.torch_twin' -> 'benchmarks/torch_twin.py' (packages' __init__ aside)."""
+    return module.replace(".", "/") + ".py"
+
+
+def _torch_only(relative: str) -> bool:
+    return any(fnmatch.fnmatchcase(relative, pattern) for pattern in TORCH_ONLY)
+
+
+def _heavy_import(node) -> str | None:
+    """The torch / transformers module an import statement or an `importlib.import_module` /
+    `__import__` call with a literal (or f-string) name loads, else None."""
+    if isinstance(node, ast.Import):
+        names = [alias.name for alias in node.names]
+    elif isinstance(node, ast.ImportFrom) and not node.level:
+        names = [node.module or ""]
+    elif (isinstance(node, ast.Call) and node.args
+          and ast.unparse(node.func) in ("importlib.import_module", "import_module",
+                                         "__import__")):
+        arg = node.args[0]
+        if isinstance(arg, ast.JoinedStr) and arg.values:
+            arg = arg.values[0]
+        names = [arg.value] if isinstance(arg, ast.Constant) and isinstance(arg.value, str) else []
+    else:
+        return None
+    return next((n for n in names if n.split(".")[0] in HEAVY), None)
+
+
+def heavy_imports(root: pathlib.Path, folders=PROJECT + ("tests",)) -> list[str]:
+    """'file:line imports torch...' for each torch / transformers import (at any depth) in a
+    file that TORCH_ONLY does not name."""
+    out = []
+    for folder in folders:
+        for path in sorted((root / folder).rglob("*.py")):
+            relative = path.relative_to(root).as_posix()
+            if _torch_only(relative):
+                continue
+            for node in ast.walk(ast.parse(path.read_text(), str(path))):
+                name = _heavy_import(node)
+                if name:
+                    out.append(f"{relative}:{node.lineno} imports {name}")
+    return out
 
 
 def _named_defaults(tree: ast.AST) -> set[int]:
@@ -256,6 +330,10 @@ def test_every_public_name_resolves_after_a_bare_import():
 
 def test_no_import_cycle_among_the_projects_modules():
     assert len(modules(ROOT)) > 30 and len(import_edges(ROOT)) > 50  # the parser sees them
+    pairs = {(e.source, e.target) for e in import_edges(ROOT)}
+    # ... the scripts' and benchmarks' imports of their siblings by bare name included
+    assert ("scripts.make_hf_golden", "scripts.hf_golden_cases") in pairs
+    assert ("benchmarks.device_check", "benchmarks.device_sections") in pairs
     cycles = import_cycles(ROOT)
     assert not cycles, "import cycles:\n  " + "\n  ".join(cycles)
 
@@ -276,11 +354,53 @@ def test_the_cycle_finder_finds_a_cycle_hidden_in_a_function(tmp_path):
         "posenc_jax.a:3 imports train.b inside a function"]
 
 
+def test_the_cycle_finder_sees_scripts_importing_each_other_by_bare_name(tmp_path):
+    # The circle issue 20 found: make_hf_golden <-> hf_golden_cases, one side in a function.
+    (tmp_path / "scripts").mkdir()
+    (tmp_path / "scripts" / "maker.py").write_text("_X = 1\ndef main():\n    from cases import Y\n")
+    (tmp_path / "scripts" / "cases.py").write_text("from maker import _X\nY = _X\n")
+    assert import_cycles(tmp_path) == [
+        "scripts.cases -(line 1)-> scripts.maker -(line 3, in a function)-> scripts.cases"]
+    assert imports_in_functions(tmp_path) == [
+        "scripts.maker:3 imports scripts.cases inside a function"]
+
+
 def test_lower_floors_never_import_upper_ones():
     assert floor_violations(ROOT) == []
 
 
-FLOORS = ["posenc_jax", "train"]
+def test_the_floor_check_sees_a_package_importing_a_script_or_a_torch_only_file(tmp_path):
+    for folder in ("posenc_jax", "benchmarks"):
+        (tmp_path / folder).mkdir()
+    (tmp_path / "posenc_jax" / "__init__.py").write_text("from benchmarks import rope\n")
+    (tmp_path / "benchmarks" / "rope.py").write_text("import torch_twin\n")
+    (tmp_path / "benchmarks" / "torch_twin.py").write_text("import torch\n")
+    assert sorted(floor_violations(tmp_path)) == [
+        "benchmarks.rope:1 imports benchmarks.torch_twin (torch-only)",
+        "posenc_jax:1 imports benchmarks.rope (a script)"]
+
+
+def test_torch_and_transformers_only_in_the_bench_and_golden_files():
+    found = heavy_imports(ROOT)
+    assert not found, ("torch / transformers outside TORCH_ONLY (the package, its tests and CI "
+                       "never need them):\n  " + "\n  ".join(found))
+    # the guard sees the golden writers' imports, plain and by importlib with an f-string
+    assert heavy_imports(ROOT, folders=("scripts",)) == [] and any(
+        _heavy_import(node) == "transformers.models." for node in ast.walk(ast.parse(
+            (ROOT / "scripts" / "make_hf_golden.py").read_text())))
+
+
+def test_the_torch_guard_sees_every_form_of_import(tmp_path):
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_x.py").write_text(
+        "import importlib\nimport torch.nn as nn\nfrom transformers import AutoModel\n"
+        "def f(name):\n    return importlib.import_module(f'transformers.models.{name}')\n")
+    assert heavy_imports(tmp_path) == [
+        "tests/test_x.py:2 imports torch.nn", "tests/test_x.py:3 imports transformers",
+        "tests/test_x.py:5 imports transformers.models."]
+
+
+FLOORS = ["posenc_jax", "train", "scripts"]
 
 
 @pytest.mark.parametrize("package", FLOORS)
@@ -317,6 +437,7 @@ def _report(root: pathlib.Path) -> None:
         print(f"    {cycle}")
     print("(c) floors reaching up:", *floor_violations(root), sep="\n    ")
     print("(d) project imports inside functions:", *imports_in_functions(root), sep="\n    ")
+    print("(e) torch / transformers outside TORCH_ONLY:", *heavy_imports(root), sep="\n    ")
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given
 
 import posenc_jax
+from posenc_jax.encodings.capabilities import QueryBias
 from posenc_jax.model.attention import attend
 
 H, K, D = 4, 2, 8
@@ -73,8 +74,8 @@ def test_dense_matches_float64_reference(name):
         q, k, v, params)
     scale = 1.0 / np.sqrt(D)
     bias = None
-    if enc.has_bias:
-        bias = enc.bias(params, qp, kp, q=q * scale) if enc.bias_needs_query else \
+    if "bias" in enc.hooks:
+        bias = enc.bias(params, qp, kp, q=q * scale) if isinstance(enc, QueryBias) else \
             enc.bias(params, qp, kp)
     mask = (np.asarray(kp)[:, None, None, :] <= np.asarray(qp)[:, None, :, None]) \
         & np.asarray(kmask)[:, None, None, :]
@@ -111,7 +112,7 @@ def _pair_fn(enc, impl, **kw):
     """(out, grads wrt q, k, v, params) of a scalar loss, jitted."""
 
     def loss(q, k, v, params):
-        if enc.has_rotate:
+        if "rotate" in enc.hooks:
             q, k = enc.rotate(params, q, k, kw["q_positions"], kw["k_positions"])
         out = attend(q, k, v, encoding=enc, params=params, implementation=impl, block_q=8,
                      block_k=16, **kw)

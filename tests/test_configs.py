@@ -76,11 +76,12 @@ def test_command_line_overrides():
     assert config.model.encoding == "alibi" and config.learning_rate == 0.5
     assert config.model.head_dim == 8 and config.dataset.data_dir == "/tmp/x"
     mesh = sharding.make_mesh(config.mesh)
-    assert dict(mesh.shape) == {"data": 2, "fsdp": 4, "tensor": 1}
+    assert dict(mesh.shape) == {"data": 2, "fsdp": 4, "context": 1, "tensor": 1}
 
 
 def test_mesh_sizes_and_errors():
-    assert dict(sharding.make_mesh({"data": -1}).shape) == {"data": 8, "fsdp": 1, "tensor": 1}
+    assert dict(sharding.make_mesh({"data": -1}).shape) == {"data": 8, "fsdp": 1, "context": 1,
+                                                                "tensor": 1}
     assert dict(sharding.make_mesh({"data": 2, "fsdp": 2, "tensor": 2}).shape)["tensor"] == 2
     one = sharding.make_mesh({"data": 1}, devices=jax.devices()[:1])
     assert one.devices.size == 1

@@ -57,8 +57,8 @@ def test_bias_matches_float64():
     e = jax.random.normal(ke, (P, D))
     s = causal_logits(ks, 2, 5)
     enc = posenc_jax.get("cope", head_dim=D, npos_max=P)
-    got = jax.jit(enc.bias)({"pos_emb": e}, jnp.arange(5), jnp.arange(5), q=q * D**-0.5,
-                            logits=s)
+    got = jax.jit(enc.row_bias)({"pos_emb": e}, jnp.arange(5), jnp.arange(5), q=q * D**-0.5,
+                                logits=s)
     np.testing.assert_allclose(np.asarray(got), reference(e, q, s), rtol=2e-5, atol=2e-5)
 
 
@@ -107,7 +107,7 @@ def test_init_is_zero_as_the_paper_and_errors_name_the_alternative():
     assert not np.any(np.asarray(enc.init(jax.random.key(0))["pos_emb"]))
     with pytest.raises(ValueError, match=r"cope: the bias reads the query and whole rows"):
         enc.bias(enc.init(jax.random.key(0)), jnp.arange(3), jnp.arange(3))
-    with pytest.raises(ValueError, match=r"'cope'.*needs_full_rows.*use attention='dense'"):
+    with pytest.raises(ValueError, match=r"'cope'.*a RowBias.*use attention='dense'"):
         posenc_jax.TransformerConfig(vocab_size=8, num_layers=1, embed_dim=16, num_heads=2,
                                      mlp_dim=8, encoding="cope", attention="blockwise")
     with pytest.raises(ValueError, match="npos_max must be >= 2, got npos_max=1"):

@@ -1,6 +1,6 @@
-"""The three-hook interface and the registry: every scheme, the same contract.
+"""The core interface (init + three hooks) and the registry: every scheme, the same contract.
 
-Properties proven for every registered encoding (DESIGN.md): each hook is jittable, gives the
+Properties proven for every registered encoding: each hook is jittable, gives the
 same result under `jax.jit` as without, is vmappable over the batch and differentiable
 w.r.t. its inputs and params; unused hooks are the identity / None; schemes are hashable
 (static under jit); the registry's errors name the valid choices.
@@ -16,6 +16,7 @@ import pytest
 
 import posenc_jax
 from posenc_jax.encodings import base as encoding
+from posenc_jax.encodings import capabilities as cap
 
 B, L, H, D = 2, 5, 4, 8
 E = H * D
@@ -52,20 +53,20 @@ def inputs(seed=0):
 
 
 def all_hooks(enc, params, x, q, k, pos):
-    """Every hook of the interface on the same inputs (the optional ones where declared)."""
+    """Every hook of the interface on the same inputs (the capabilities' where it has them)."""
     out = {"embed": enc.embed(params, x, pos)}
     out["q"], out["k"] = enc.rotate(params, q, k, pos, pos)
-    extra = {}
-    if enc.needs_full_rows:  # whole rows of (causally masked) logits
+    if isinstance(enc, cap.RowBias):  # whole rows of (causally masked) logits
         s = jnp.einsum("bqhd,bkhd->bhqk", q, k) * D**-0.5
         causal = pos[:, None, None, :] <= pos[:, None, :, None]
-        extra["logits"] = jnp.where(causal, s, -1e30)
-    bias = enc.bias(params, pos, pos, q=q * D**-0.5, **extra)
+        bias = enc.row_bias(params, pos, pos, q=q * D**-0.5, logits=jnp.where(causal, s, -1e30))
+    else:
+        bias = enc.bias(params, pos, pos, q=q * D**-0.5)
     if bias is not None:
         out["bias"] = bias
-    if enc.has_block_transform:
+    if isinstance(enc, cap.BlockTransform):
         out["q_block"], out["k_block"] = enc.block_transform(params, out["q"], out["k"], pos, pos)
-    if enc.has_value_term:
+    if isinstance(enc, cap.ValueTerm):
         weights = jax.nn.softmax(jnp.einsum("bqhd,bkhd->bhqk", q, k), axis=-1)
         out["value"] = enc.value_term(params, weights, pos, pos)
     return out
@@ -132,11 +133,13 @@ def test_register_rejects_a_duplicate_name():
         encoding.register("rope")(type("X", (encoding.Encoding,), {}))
 
 
-def test_check_model_names_the_mismatch():
-    with pytest.raises(ValueError, match=r"built for num_heads=8 but the model has num_heads=4"):
-        posenc_jax.get("alibi", num_heads=8).check_model(embed_dim=32, num_heads=4, head_dim=8)
-    with pytest.raises(ValueError, match=r"built for head_dim=8 but the model has head_dim=16"):
-        posenc_jax.get("rope", head_dim=8).check_model(embed_dim=32, num_heads=2, head_dim=16)
+def test_for_model_names_a_dimension_mismatch():
+    with pytest.raises(ValueError, match=r"'alibi': num_heads=8 does not match the model's "
+                                         r"num_heads=4"):
+        posenc_jax.for_model("alibi", {"num_heads": 8}, embed_dim=32, num_heads=4, head_dim=8)
+    with pytest.raises(ValueError, match=r"'rope': head_dim=8 does not match the model's "
+                                         r"head_dim=16"):
+        posenc_jax.for_model("rope", {"head_dim": 8}, embed_dim=32, num_heads=2, head_dim=16)
 
 
 def test_non_integer_positions_are_a_type_error():
@@ -178,14 +181,20 @@ def test_scheme_is_hashable_and_declares_its_hooks(name):
         "cope": (False, False, True), "shaw_value": (False, False, True),
         "kerple_power": (False, False, True), "rope_p_resonance": (False, True, False),
     }[name]
-    assert (enc.has_embed, enc.has_rotate, enc.has_bias) == expected
-    assert enc.bias_needs_query == (name in ("shaw", "shaw_value", "cope"))
-    assert enc.has_value_term == (name == "shaw_value")
-    assert enc.has_block_transform == (name == "xpos")
-    assert enc.needs_full_rows == (name == "cope")
-    assert enc.causal_only == (name == "xpos")
-    assert enc.has_elementwise_bias == (name in ("alibi", "t5", "kerple", "kerple_power",
-                                                 "sandwich", "fire"))
+    assert tuple(hook in enc.hooks for hook in ("embed", "rotate", "bias")) == expected
+    assert isinstance(enc, cap.QueryBias) == (name in ("shaw", "shaw_value"))
+    assert isinstance(enc, cap.ValueTerm) == (name == "shaw_value")
+    assert isinstance(enc, cap.BlockTransform) == (name == "xpos")
+    assert isinstance(enc, cap.RowBias) == (name == "cope")
+    assert isinstance(enc, cap.CausalOnly) == (name == "xpos")
+    assert isinstance(enc, cap.ElementwiseBias) == (name in ("alibi", "t5", "kerple",
+                                                             "kerple_power", "sandwich", "fire"))
+    assert isinstance(enc, cap.KernelRotary) == (name in ("rope", "rope_p_resonance"))
+    assert isinstance(enc, cap.LengthDependent) == (name in ("rope", "rope_p_resonance"))
+    assert isinstance(enc, cap.MultiAxisPositions) == (name == "mrope")
+    assert isinstance(enc, cap.MaxPositions) == isinstance(enc, cap.ModelDefaults) == (
+        name == "learned")
+    assert isinstance(enc, cap.ParamAxes) == bool(jax.tree.leaves(enc.init(jax.random.key(0))))
 
 
 @pytest.mark.parametrize("name", ALL)
@@ -194,11 +203,11 @@ def test_unused_hooks_are_identity(name):
     params = _random_params(enc, jax.random.key(1))
     x, q, k, pos = inputs()
     out = all_hooks(enc, params, x, q, k, pos)
-    if not enc.has_embed:
+    if "embed" not in enc.hooks:
         assert out["embed"] is x
-    if not enc.has_rotate:
+    if "rotate" not in enc.hooks:
         assert out["q"] is q and out["k"] is k
-    if not enc.has_bias:
+    if "bias" not in enc.hooks:
         assert "bias" not in out
     else:
         chex.assert_shape(out["bias"], (B, H, L, L))
@@ -277,7 +286,7 @@ def _angle_tolerance(max_pos: float, freqs: np.ndarray) -> np.ndarray:
 
 
 def test_every_hook_in_bfloat16_at_positions_near_1e6_matches_float64():
-    """DESIGN.md: every hook in bfloat16 stays within tolerance of a float64 reference at
+    """Every hook in bfloat16 stays within tolerance of a float64 reference at
     positions up to 10^6 (angles are float32 whatever the activation dtype)."""
     length, offset = 8, 10**6 - 8
     pos = jnp.asarray(np.stack([np.arange(length) + offset, np.arange(length) + offset // 3]),

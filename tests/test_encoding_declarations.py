@@ -16,7 +16,7 @@ from flax import nnx
 from jax.sharding import PartitionSpec as P
 
 import posenc_jax
-from posenc_jax.encodings import base
+from posenc_jax.encodings import base, capabilities
 from posenc_jax.model.config import TransformerConfig
 from posenc_jax.model.transformer import Transformer, complete_rules, encoding_params
 
@@ -28,9 +28,10 @@ def user_encoding():
     """A user's scheme, registered for the test and removed after it."""
 
     @dataclasses.dataclass(frozen=True)
-    class DistanceTable(base.Encoding):
+    class DistanceTable(base.Encoding, capabilities.ParamAxes, capabilities.ModelDefaults):
         """A learned bias per head for each clipped distance |i - j| < max_distance."""
 
+        hooks: ClassVar = frozenset({"bias"})
         param_axes: ClassVar = {"table": ("table", "heads")}
         model_defaults: ClassVar = {"max_distance": 16}
 
@@ -114,13 +115,16 @@ def test_bias_from_elementwise_matches_a_direct_bias():
     enc = posenc_jax.get("alibi", num_heads=4)
 
     @dataclasses.dataclass(frozen=True)
-    class Elementwise(base.Encoding):
+    class Elementwise(base.Encoding, capabilities.ElementwiseBias):
+        hooks: ClassVar = frozenset({"bias"})
+
         def elementwise_bias(self, params, q_positions, k_positions, head):
             slopes = jnp.asarray(posenc_jax.alibi.slopes(4))
             return -slopes[head] * jnp.abs(k_positions - q_positions).astype(jnp.float32)
 
     e = Elementwise()
-    assert e.has_elementwise_bias and not posenc_jax.get("nope").has_elementwise_bias
+    assert isinstance(e, capabilities.ElementwiseBias)
+    assert not isinstance(posenc_jax.get("nope"), capabilities.ElementwiseBias)
     q, k = jnp.arange(5), jnp.arange(7)
     want = enc.bias({}, q, k)
     got = base.bias_from_elementwise(e, {}, q, k, num_heads=4)

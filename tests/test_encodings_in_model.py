@@ -12,6 +12,7 @@ import pytest
 from flax import nnx
 
 import posenc_jax
+from posenc_jax.encodings.capabilities import position_axes
 from posenc_jax.model.transformer import Transformer, TransformerConfig
 
 V, L, E, H = 24, 10, 16, 2
@@ -25,7 +26,7 @@ CASES = [(n, KWARGS.get(n, {})) for n in posenc_jax.names()] + OPTIONS
 
 def _per_layer(name, kw):
     enc = posenc_jax.for_model(name, kw, embed_dim=E, num_heads=H, head_dim=E // H)
-    return not enc.has_embed and enc.position_axes == 1
+    return "embed" not in enc.hooks and position_axes(enc) == 1
 
 
 LAYERED = [c for c in CASES if _per_layer(*c)]
@@ -83,7 +84,7 @@ def test_every_param_of_every_other_scheme_gets_a_gradient(case):
     model, tokens = model_of(cfg)
     g = _grads(model, tokens, _positions(cfg))
     enc = cfg.input_encoding
-    pe = g.get("input_pe", {}) if enc.has_embed else g["layers"][0]["attn"].get("pe", {})
+    pe = g.get("input_pe", {}) if "embed" in enc.hooks else g["layers"][0]["attn"].get("pe", {})
     _check_pe(pe, enc, case)
 
 

@@ -29,7 +29,7 @@ import pytest
 
 import posenc_jax
 from posenc_jax import hf_config
-from posenc_jax.encodings.rope import RoPE
+from posenc_jax.encodings.rope import RotaryBase
 
 DATA = json.loads((pathlib.Path(__file__).parent / "data" / "hf_rotate_golden.json").read_text())
 CASES = DATA["cases"]
@@ -92,8 +92,8 @@ def test_rotation_with_transformers_frequencies_is_exact(name, layer, monkeypatc
     """Layout, rotary slice, mrope sections, DeepSeek's framing: all exact."""
     config, q, k, pos, layer_type, (want_q, want_k), rec = inputs(name, layer)
     inv, factor = decode(rec["inv_freq"]), np.float32(rec["attention_factor"])
-    monkeypatch.setattr(RoPE, "frequencies", lambda self, seq_len=None: (jnp.asarray(inv),
-                                                                         factor))
+    monkeypatch.setattr(RotaryBase, "frequencies",  # RoPE and MRoPE share it
+                        lambda self, seq_len=None: (jnp.asarray(inv), factor))
     got_q, got_k = rotate(config, q, k, pos, layer_type)
     tol = 2e-6 * max(1.0, float(factor)) * float(np.abs(q).max())
     np.testing.assert_allclose(got_q, want_q, rtol=0, atol=tol)

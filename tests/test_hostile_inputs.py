@@ -79,6 +79,25 @@ def learned_embed(x):
     return enc.embed(enc.init(jax.random.key(0)), x, POS)
 
 
+GEMMA3 = {"model_type": "gemma3_text", "head_dim": 16, "hidden_size": 32,
+          "num_attention_heads": 2, "num_hidden_layers": 2, "max_position_embeddings": 128,
+          "layer_types": ["sliding_attention", "full_attention"],
+          "rope_parameters": {"sliding_attention": {"rope_type": "default",
+                                                    "rope_theta": 10000.0}}}
+LLAMA = {"model_type": "llama", "vocab_size": 32, "num_hidden_layers": 1, "hidden_size": 64,
+         "num_attention_heads": 1, "intermediate_size": 64, "max_position_embeddings": 128}
+
+
+def cope_bias(positions):
+    enc = posenc_jax.get("cope", head_dim=8, npos_max=4)
+    return enc.bias(enc.init(None), positions, positions, q=jnp.zeros((1, 1, 1, 8)),
+                    logits=jnp.zeros((1, 1, 1, 1)))
+
+
+def jitted_step(m, t, cache):
+    return nnx.jit(lambda mod, t, c: kv_cache.step(mod, t, None, None, c))(m, t, cache)
+
+
 QKV = jnp.zeros((1, 4, 2, 8), jnp.float32)
 POS = jnp.arange(4, dtype=jnp.int32)
 
@@ -376,6 +395,56 @@ LIBRARY = [
      ValueError, ["block_q"]),
     ("attention-unknown-implementation", lambda: attend(implementation="magic"), ValueError,
      ["implementation", "'magic'"]),
+    # -- issue 26: position dtypes and ranges, the cache, the HF readers, unclear errors
+    *[(f"dtype-cache-{name}", lambda d=dtype: kv_cache.init_cache(model(), 1, 8, dtype=d),
+       TypeError, ["dtype", "floating", name]) for name, dtype in (
+           ("int8", jnp.int8), ("int16", jnp.int16), ("int32", jnp.int32),
+           ("uint8", jnp.uint8), ("bool", jnp.bool_))],
+    ("dtype-alibi-bool-positions", lambda: posenc_jax.get("alibi", num_heads=2).bias(
+        {}, np.asarray([True, False]), np.asarray([True, False])), TypeError,
+     ["q_positions", "dtype=bool", "not a position"]),
+    ("range-alibi-int64-past-int32", lambda: posenc_jax.get("alibi", num_heads=2).bias(
+        {}, np.asarray([0, 2**31 + 5]), np.asarray([0, 2**31 + 5])), ValueError,
+     ["q_positions", "must fit in int32", "2147483653"]),
+    ("dtype-cope-bool-positions", lambda: cope_bias(np.asarray([True])), TypeError,
+     ["q_positions", "integer dtype", "bool"]),
+    ("hf-rope-parameters-missing-a-layer-type", lambda: hf_config.rope_kwargs_from_hf_config(
+        GEMMA3, layer_type="sliding_attention"), ValueError,
+     ["layer_types", "'full_attention'", "rope_parameters' keys", "'sliding_attention'"]),
+    ("hf-unknown-layer-type", lambda: hf_config.rope_kwargs_from_hf_config(
+        {**GEMMA3, "rope_parameters": None,
+         "layer_types": ["sliding_attention", "chunked_attention"]},
+        layer_type="sliding_attention"), ValueError,
+     ["layer_types", "'chunked_attention'", "at layer 1", "gemma3"]),
+    ("hf-yarn-alone-is-not-factor-one", lambda: hf(rope_scaling={"rope_type": "yarn"}),
+     ValueError, ["'yarn'", "no factor given", "128 / 128", "= 1", "give factor"]),
+    ("hf-inferred-factor-says-inferred", lambda: hf(rope_scaling={
+        "rope_type": "yarn", "original_max_position_embeddings": 256}), ValueError,
+     ["no factor given", "max_position_embeddings / original_max_position_embeddings",
+      "128 / 256 = 0.5 < 1"]),
+    ("hf-config-kwargs-partial-linear-llama", lambda: hf_config.transformer_config_kwargs(
+        {**LLAMA, "partial_rotary_factor": 0.5,
+         "rope_scaling": {"rope_type": "linear", "factor": 2.0}}), ValueError,
+     ["model_type='llama'", "whole head dim 64", "rotary dim 32", "transformers fails"]),
+    ("hf-config-kwargs-mla-without-model-type", lambda: hf_config.transformer_config_kwargs(
+        {k: v for k, v in {**LLAMA, "qk_nope_head_dim": 32, "qk_rope_head_dim": 32}.items()
+         if k != "model_type"}), ValueError,
+     ["MLA keys", "qk_nope_head_dim=32", "deepseek_v3"]),
+    ("model-mrope-beside-rope", lambda: cfg(num_layers=2, encoding="nope", layer_encodings=[
+        ("mrope", {"mrope_section": (2, 1, 1)}), "rope"]), ValueError,
+     ["different axes [1, 3]", "one positions shape"]),
+    ("cache-from-another-config", lambda: jitted_step(model(), tokens(1, 2), kv_cache.init_cache(
+        model(embed_dim=32), 1, 8)), ValueError,
+     ["head dim 16", "head_dim=8", "another config", "init_cache"]),
+    ("cache-more-tokens-than-slots", lambda: jitted_step(model(), tokens(1, 2, 3, 4, 5, 6),
+                                                         kv_cache.init_cache(model(), 1, 4)),
+     ValueError, ["6 new tokens", "max_len=4"]),
+    ("generate-rng-str", lambda: generate.generate(model(), tokens(1), max_new_tokens=1,
+                                                   rng="0", temperature=1.0), TypeError,
+     ["rng", "PRNG key", "int seed", "'0'"]),
+    ("generate-rng-float", lambda: generate.generate(model(), tokens(1), max_new_tokens=1,
+                                                     rng=0.5, temperature=1.0), TypeError,
+     ["rng", "PRNG key", "float"]),
 ]
 
 
@@ -411,6 +480,31 @@ def test_bad_values_that_now_work_instead():
     np.testing.assert_array_equal(got, jnp.argmax(logits, axis=-1))
 
 
+def test_an_int_seed_is_a_prng_key():
+    m = model()
+    np.testing.assert_array_equal(
+        generate.generate(m, tokens(1, 2), max_new_tokens=3, rng=7, temperature=1.0),
+        generate.generate(m, tokens(1, 2), max_new_tokens=3, rng=jax.random.key(7),
+                          temperature=1.0))
+
+
+@pytest.mark.parametrize("bidirectional", [False, True])
+def test_t5_far_key_at_the_int32_limits_is_never_near(bidirectional):
+    """k - q of a query at 2^31 - 1 and a key at -2^31 + 5 wrapped to a near, 'future'
+    distance; it gets the bucket of any far past key now (and the mirror case a far future)."""
+    enc = posenc_jax.get("t5", num_heads=2, bidirectional=bidirectional)
+    params = enc.init(jax.random.key(0))
+    big = np.iinfo(np.int32).max
+
+    def bias(q, k):
+        return np.asarray(enc.bias(params, np.asarray([q], np.int32), np.asarray([k], np.int32)))
+
+    np.testing.assert_array_equal(bias(big, -big + 4), bias(0, -10**6))
+    np.testing.assert_array_equal(bias(big, -big - 1), bias(0, -10**6))
+    if bidirectional:
+        np.testing.assert_array_equal(bias(-big + 4, big), bias(0, 10**6))
+
+
 def test_relative_positions_saturate_instead_of_wrapping():
     """int32 k - q near the limits: the T5 bucket of a huge distance is the last one, not a
     wrapped 'future' bucket."""
@@ -437,11 +531,11 @@ def test_traced_token_ids_give_nan_not_a_wrapped_row_and_checked_ids_raise():
 
 
 def test_table_covers_the_categories_and_is_large():
-    categories = {row[0].split("-")[0] for row in LIBRARY + CONFIG + CLI}
-    assert len(LIBRARY) + len(CONFIG) + len(CLI) >= 100
+    categories = {row[0].split("-")[0] for row in LIBRARY + CONFIG + CLI + WORKDIR}
+    assert len(LIBRARY) + len(CONFIG) + len(CLI) + len(WORKDIR) >= 190
     assert {"bool", "nonfinite", "type", "size", "shape", "dtype", "range", "scaling", "hf",
             "config", "cli"} <= categories
-    ids = [row[0] for row in LIBRARY + CONFIG + CLI]
+    ids = [row[0] for row in LIBRARY + CONFIG + CLI + WORKDIR]
     assert len(ids) == len(set(ids))
 
 
@@ -519,6 +613,28 @@ def test_trainer_refuses_bad_settings_before_anything_runs(overrides, exc, words
     assert not workdir.exists()  # refused before touching the workdir
 
 
+WORKDIR = [  # (id, the workdir, relative to tmp_path; words): refused before any write
+    ("config-workdir-empty", "", ["workdir must be a non-empty path", "current directory"]),
+    ("config-workdir-a-file", "a_file", ["a_file is a file", "not a directory"]),
+    ("config-workdir-under-a-file", "a_file/run", ["is under", "a_file, which is a file"]),
+]
+
+
+@pytest.mark.parametrize(("workdir", "words"), [row[1:] for row in WORKDIR],
+                         ids=[row[0] for row in WORKDIR])
+def test_trainer_refuses_a_workdir_that_is_no_directory(workdir, words, tmp_path,
+                                                        monkeypatch):
+    from train import trainer
+    from train.workdir_lock import WorkdirError
+
+    (tmp_path / "a_file").write_text("x")
+    monkeypatch.chdir(tmp_path)  # '' would be this directory
+    with pytest.raises(WorkdirError) as info:
+        trainer.train_and_evaluate(tiny(), str(tmp_path / workdir) if workdir else "")
+    assert not [w for w in words if w not in str(info.value)], str(info.value)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a_file"]  # nothing written
+
+
 # -- the command line ----------------------------------------------------------------------
 
 CLI = [
@@ -532,7 +648,21 @@ CLI = [
     ("cli-causal-typo", ["--config.model.causal=Flase"], ["causal"]),
     ("cli-unknown-key", ["--config.modle.causal=False"], ["modle"]),
     ("cli-no-workdir", None, ["workdir"]),
+    # issue 26: one line naming the key, no traceback (ONE_LINE)
+    ("cli-unknown-key-close-match", ["--config.mesh.dta=2"],
+     ["--config.mesh.dta", "config.mesh has no key 'dta'", "did you mean 'data'"]),
+    ("cli-study-key-on-the-trainer", ["--config.workers=2"],
+     ["--config.workers", "config has no key 'workers'", "num_train_steps"]),
+    ("cli-workdir-empty", ["--workdir="], ["workdir must be a non-empty path"]),
+    ("cli-workdir-a-file", ["--workdir=README.md"], ["README.md is a file", "not a directory"]),
+    ("cli-encoding-kwargs-settable", ["--config.model.encoding=learned",
+                                      "--config.model.encoding_kwargs.max_len=16"],
+     ["config.seq_len=32", "16 positions"]),
+    ("cli-kwargs-block-typo", ["--config.model.encodng_kwargs.max_len=16"],
+     ["no key 'encodng_kwargs'", "'encoding_kwargs'"]),
 ]
+ONE_LINE = {"cli-unknown-key-close-match", "cli-study-key-on-the-trainer", "cli-workdir-empty",
+            "cli-workdir-a-file", "cli-kwargs-block-typo", "cli-unknown-key", "cli-causal-typo"}
 
 
 @pytest.fixture(scope="module")
@@ -546,14 +676,14 @@ def learned_tiny_config(tmp_path_factory):
     return path
 
 
-@pytest.mark.parametrize(("flags", "words"), [row[1:] for row in CLI],
-                         ids=[row[0] for row in CLI])
-def test_cli_refuses_by_name(flags, words, tmp_path, learned_tiny_config):
+@pytest.mark.parametrize(("row_id", "flags", "words"), CLI, ids=[row[0] for row in CLI])
+def test_cli_refuses_by_name(row_id, flags, words, tmp_path, learned_tiny_config):
     config = learned_tiny_config if "learned" in " ".join(flags or []) else \
         ROOT / "configs" / "tiny.py"
     args = [sys.executable, "-m", "train", f"--config={config}"]
     if flags is not None:
-        args += [f"--workdir={tmp_path / 'w'}", *flags]
+        own = any(f.startswith("--workdir=") for f in flags)
+        args += [*([] if own else [f"--workdir={tmp_path / 'w'}"]), *flags]
     env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "JAX_PLATFORMS": "cpu",
            "HOME": str(tmp_path)}
     proc = subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
@@ -562,3 +692,6 @@ def test_cli_refuses_by_name(flags, words, tmp_path, learned_tiny_config):
     missing = [w for w in words if w not in proc.stderr]
     assert not missing, f"stderr lacks {missing}:\n{proc.stderr[-2000:]}"
     assert not (tmp_path / "w").exists()
+    if row_id in ONE_LINE:
+        assert "Traceback" not in proc.stderr and proc.stderr.strip().startswith("error: "), (
+            proc.stderr[-2000:])

@@ -18,6 +18,7 @@ import pytest
 
 import posenc_jax
 from posenc_jax.encodings import base
+from posenc_jax.encodings.capabilities import ElementwiseBias
 from posenc_jax.model.attention import attend, rotates_inside
 from posenc_jax.model.config import TransformerConfig
 from posenc_jax.model.kernels import flash_attention
@@ -34,7 +35,7 @@ def _elementwise_schemes():
         if name in HYPER or name in ("learned", "sinusoidal"):
             continue
         enc = base.for_model(name, embed_dim=H * D, num_heads=H, head_dim=D)
-        if enc.has_elementwise_bias:
+        if isinstance(enc, ElementwiseBias):
             out.append(name)
     return out
 

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 
 import posenc_jax
-from posenc_jax.encodings import base, sandwich
+from posenc_jax.encodings import base
 
 H, DIM = 8, 128
 
@@ -65,7 +65,7 @@ def test_matches_float64_up_to_float32_angles_at_1e6():
     got = np.asarray(BIAS(qp, kp), np.float64)
     dist = np.abs(np.asarray(kp)[None, :] - np.asarray(qp)[:, None])
     want = reference(dist, DIM, H)
-    # float32 angle d * omega carries ~2 d omega 2^-24 rad per term (DESIGN.md tolerance).
+    # float32 angle d * omega carries ~2 d omega 2^-24 rad per term (the bfloat16 tolerance of the house design).
     w = 10000.0 ** (-2.0 * np.arange(1, DIM // 2 + 1) / DIM)
     tol = (2.0 * dist[..., None] * w * 2.0**-24).sum(-1) + 1e-5
     assert np.all(np.abs(got - want) <= tol[None] + 1e-6 * np.abs(want)), np.max(
@@ -81,9 +81,9 @@ def test_elementwise_hook_on_a_block_equals_the_bias():
 def test_errors_name_the_values():
     with pytest.raises(ValueError, match="embed_dim \\(d'\\) must be even, got embed_dim=7"):
         posenc_jax.get("sandwich", num_heads=2, embed_dim=7)
-    with pytest.raises(ValueError, match="built for embed_dim=64 but the model has embed_dim=32"):
-        sandwich.Sandwich(num_heads=2, embed_dim=64).check_model(embed_dim=32, num_heads=2,
-                                                                 head_dim=16)
+    with pytest.raises(ValueError, match=r"embed_dim=64 does not match the model's embed_dim=32"):
+        posenc_jax.for_model("sandwich", {"embed_dim": 64}, embed_dim=32, num_heads=2,
+                             head_dim=16)
 
 
 def test_bias_equals_the_elementwise_hook_bit_for_bit_on_batched_positions():

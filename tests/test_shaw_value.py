@@ -10,6 +10,8 @@ import pytest
 
 import posenc_jax
 from posenc_jax.encodings import relative
+from posenc_jax.encodings.capabilities import ValueTerm
+from posenc_jax.encodings.shaw import Shaw, ShawValue
 from posenc_jax.model.attention import attend
 
 D, H, K = 8, 4, 2
@@ -76,8 +78,9 @@ def test_blockwise_equals_dense_values_and_gradients():
 
 def test_value_table_only_when_asked_and_errors():
     plain = posenc_jax.get("shaw", head_dim=D)
-    assert set(plain.init(jax.random.key(0))) == {"table"} and not plain.has_value_term
-    assert set(ENC.init(jax.random.key(0))) == {"table", "value_table"} and ENC.has_value_term
+    assert set(plain.init(jax.random.key(0))) == {"table"} and not isinstance(plain, ValueTerm)
+    assert set(ENC.init(jax.random.key(0))) == {"table", "value_table"}
+    assert isinstance(ENC, ValueTerm) and type(ENC) is ShawValue and isinstance(ENC, Shaw)
     # the key table is the same draw with or without the value table
     np.testing.assert_array_equal(plain.init(jax.random.key(0))["table"],
                                   posenc_jax.get("shaw", head_dim=D, max_relative_position=16,

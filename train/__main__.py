@@ -11,7 +11,7 @@ import jax
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from train import sharding, trainer, xla_flags
+from train import cli, sharding, trainer, xla_flags
 
 FLAGS = flags.FLAGS
 config_flags.DEFINE_config_file("config", None, "Experiment config file (get_config()).",
@@ -47,4 +47,4 @@ def main(argv):
 
 if __name__ == "__main__":
     xla_flags.apply_cpu_defaults()  # before JAX starts its backend; never over XLA_FLAGS
-    app.run(main)
+    app.run(main, flags_parser=cli.parse_flags)  # an unknown key: one line, no traceback

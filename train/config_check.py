@@ -60,7 +60,7 @@ def _check_model(config, lengths: tuple[int, ...]):
         model = state_lib.transformer_config(config.model)
     except (TypeError, ValueError) as err:
         raise type(err)(f"config.model: {err}") from None
-    limit = model.input_encoding.max_positions
+    limit = model.max_positions
     if limit is not None:
         for key, length in (("config.seq_len", config.seq_len),
                             *((f"config.eval.lengths[{i}]", n) for i, n in enumerate(lengths))):

@@ -4,11 +4,17 @@ The model names logical axes on its parameters (`embed`, `mlp`, `heads`, `vocab`
 config maps them to the three mesh axes with `logical_axis_rules`, as flax `examples/lm1b`
 and MaxText do. The code here never mentions a model axis by name.
 
-    mesh axes   data    pure data parallelism (parameters replicated)
-                fsdp    data parallelism with parameters sharded (ZeRO-3 / FSDP)
-                tensor  tensor (model) parallelism inside a layer
+    mesh axes   data     pure data parallelism (parameters replicated)
+                fsdp     data parallelism with parameters sharded (ZeRO-3 / FSDP)
+                context  context parallelism: the sequence axis split over devices
+                tensor   tensor (model) parallelism inside a layer
 
-A batch `[B, L]` is split over (data, fsdp) along B and replicated over tensor.
+A batch `[B, L]` is split over (data, fsdp) along B, over context along L, and replicated
+over tensor. With context = N > 1 every per-token array of a batch is put in the zig-zag
+order of `posenc_jax.model.load_balance` (device i of the axis holds chunks i and 2N - 1 - i
+of each row, positions included) and each device is handed only its own chunk
+(`global_batch`); the model's attention then runs the ring of
+`posenc_jax.model.context_parallel` (see docs/context_parallel.md).
 
 Launching on several hosts
 --------------------------
@@ -61,12 +67,15 @@ import numpy as np
 from jax.sharding import AxisType, Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-MESH_AXES = ("data", "fsdp", "tensor")
+from posenc_jax.model import load_balance
+
+MESH_AXES = ("data", "fsdp", "context", "tensor")
 BATCH_AXES = ("data", "fsdp")
+CONTEXT_AXIS = "context"
 
 
 def make_mesh(axis_sizes: Mapping[str, int], *, devices: Sequence[Any] | None = None) -> Mesh:
-    """A mesh with axes (data, fsdp, tensor) and Auto axis types.
+    """A mesh with axes (data, fsdp, context, tensor) and Auto axis types.
 
     `axis_sizes` maps each axis to its size; one axis may be -1 ("all remaining devices").
     The product must equal the number of devices (all of `jax.devices()` by default).
@@ -158,9 +167,16 @@ def check_divisible(shape: Sequence[int], spec: P, mesh: Mesh, *, what: str) -> 
                              f"mesh axes {names} of total size {size}, which does not divide it")
 
 
+def context_size(mesh: Mesh) -> int:
+    """The size of the mesh's context axis (1 when it has none)."""
+    return int(dict(mesh.shape).get(CONTEXT_AXIS, 1))
+
+
 def batch_sharding(mesh: Mesh, ndim: int = 2) -> NamedSharding:
-    """Batch arrays `[B, ...]`: B split over (data, fsdp), the rest replicated."""
-    return NamedSharding(mesh, P(BATCH_AXES, *([None] * (ndim - 1))))
+    """Batch arrays `[B, L, ...]`: B split over (data, fsdp), L over context (when the mesh
+    has that axis), the rest replicated."""
+    length = [CONTEXT_AXIS if CONTEXT_AXIS in mesh.axis_names else None][:ndim - 1]
+    return NamedSharding(mesh, P(BATCH_AXES, *length, *([None] * (ndim - 1 - len(length)))))
 
 
 def replicated(mesh: Mesh) -> NamedSharding:
@@ -193,14 +209,44 @@ def local_rows(mesh: Mesh, global_batch: int) -> tuple[int, int]:
 
 def global_batch(mesh: Mesh, local: Mapping[str, np.ndarray], *,
                  global_batch_size: int) -> dict[str, jax.Array]:
-    """Assembles global `[B, ...]` arrays from this process's rows `[B_local, ...]`."""
+    """Assembles global `[B, ...]` arrays from this process's rows `[B_local, ...]`.
+
+    With a context axis of size N > 1, arrays `[B_local, L, ...]` are laid out in zig-zag
+    order along L: the device at context index i receives only the columns
+    `load_balance.chunk_indices(L, N, i)` of its rows (one early, one late chunk), gathered
+    from the process's rows for that device alone; no device receives a full row.
+    """
+    shards = context_size(mesh)
+    row0 = 0
+    if shards > 1 and local:
+        index, count = local_rows(mesh, global_batch_size)
+        row0 = index * (global_batch_size // count)
     out = {}
     for key, value in local.items():
         value = np.asarray(value)
         sharding = batch_sharding(mesh, value.ndim)
         shape = (global_batch_size, *value.shape[1:])
-        out[key] = jax.make_array_from_process_local_data(sharding, value, shape)
+        if shards == 1 or value.ndim < 2:
+            out[key] = jax.make_array_from_process_local_data(sharding, value, shape)
+            continue
+        out[key] = jax.make_array_from_callback(
+            shape, sharding, lambda idx, value=value: _device_chunk(value, idx, row0, shards))
     return out
+
+
+def _device_chunk(value: np.ndarray, index: tuple, row0: int, shards: int) -> np.ndarray:
+    """The block of `value` (this process's rows, token order) that the device at global
+    `index` (row slice, column slice in zig-zag layout, ...) holds."""
+    rows, cols = index[0], index[1]
+    length = value.shape[1]
+    chunk = length // shards
+    start = cols.start or 0
+    if (cols.stop or length) - start != chunk or start % chunk:
+        raise ValueError(f"a device's columns {cols} of length {length} are not one of the "
+                         f"{shards} context chunks")
+    columns = load_balance.chunk_indices(length, shards, start // chunk)
+    r = slice((rows.start or 0) - row0, None if rows.stop is None else rows.stop - row0)
+    return value[r][:, columns][(slice(None), slice(None), *index[2:])]
 
 
 def _env_int(name: str, default: int = 1) -> int:

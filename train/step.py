@@ -58,7 +58,7 @@ def _grads(setup: TrainSetup, params, batch, *, packed: bool, accum_steps: int):
     def split(x):  # [B, ...] -> [A, B / A, ...], microbatch a = rows a, a + A, a + 2A, ...
         x = x.reshape(x.shape[0] // accum_steps, accum_steps, *x.shape[1:])
         x = jnp.moveaxis(x, 1, 0)
-        spec = P(None, sharding.BATCH_AXES, *([None] * (x.ndim - 2)))
+        spec = P(None, *sharding.batch_sharding(setup.mesh, x.ndim - 1).spec)
         return jax.lax.with_sharding_constraint(x, NamedSharding(setup.mesh, spec))
 
     micro = jax.tree.map(split, batch)

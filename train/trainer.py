@@ -38,7 +38,7 @@ from train import config_check, data, sharding
 from train import metrics as metrics_lib
 from train.evaluation import evaluate, evaluate_params, load_model  # noqa: F401 (public API)
 from train.runtime import Runtime
-from train.workdir_lock import WorkdirBusyError, WorkdirLock
+from train.workdir_lock import WorkdirBusyError, WorkdirError, WorkdirLock, checked_workdir
 
 CHECKPOINT_DIR = ckpt_lib.CHECKPOINT_DIR
 
@@ -79,7 +79,8 @@ class ConfigMismatchError(ValueError):
 
 
 #: Errors whose message is the whole story (the CLI prints it without a traceback).
-USER_ERRORS = (WorkdirBusyError, ConfigMismatchError, ckpt_lib.CheckpointSaveError,
+USER_ERRORS = (WorkdirBusyError, WorkdirError, ConfigMismatchError,
+               ckpt_lib.CheckpointSaveError,
                ckpt_lib.CheckpointError, NonFiniteLossError)
 
 
@@ -146,13 +147,19 @@ def train_and_evaluate(config, workdir: str, *, devices=None,
     unreadable checkpoints, CheckpointSaveError naming the step when a save fails.
     """
     config_check.check_config(config)
+    workdir = checked_workdir(workdir)  # never '' (the current directory) or a file
     mesh = sharding.make_mesh(config.mesh, devices=devices)
     shards = math.prod(mesh.shape[a] for a in sharding.BATCH_AXES)
     micro = config.batch_size // config.get("grad_accum_steps", 1)
     if micro % shards:
         raise ValueError(f"batch_size / grad_accum_steps = {micro} rows per microbatch must be "
                          f"divisible by the mesh's data x fsdp = {shards} batch shards")
-    workdir = os.path.abspath(workdir)
+    context = sharding.context_size(mesh)
+    for what, length in (("seq_len", config.seq_len),
+                         *(("eval.lengths entry", n) for n in config.eval.lengths)):
+        if context > 1 and int(length) % (2 * context):
+            raise ValueError(f"{what}={length} must be divisible by 2 * mesh.context = "
+                             f"{2 * context} (each device holds two chunks of every sequence)")
     preemption = _Preemption()  # first, so a SIGTERM during setup is not fatal
     try:
         with WorkdirLock(workdir), ckpt_lib.quiet_failed_restores():

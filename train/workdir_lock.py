@@ -38,6 +38,30 @@ class WorkdirBusyError(RuntimeError):
     """Another run holds the workdir."""
 
 
+class WorkdirError(ValueError):
+    """The workdir is no usable directory path: empty, a file, or under a file."""
+
+
+def checked_workdir(workdir) -> str:
+    """The absolute path of `workdir`, or WorkdirError before anything is written: an empty
+    path (`--workdir=` would be the current directory), a file, a path under a file."""
+    if not isinstance(workdir, (str, os.PathLike)):
+        raise TypeError(f"workdir must be a path (str), got {type(workdir).__name__} "
+                        f"{workdir!r}")
+    text = os.fspath(workdir)
+    if not text.strip():
+        raise WorkdirError(f"workdir must be a non-empty path, got workdir={text!r} (it would "
+                           "be the current directory)")
+    path = probe = os.path.abspath(text)
+    while not os.path.exists(probe):
+        probe = os.path.dirname(probe)
+    if not os.path.isdir(probe):
+        where = "is a file" if probe == path else f"is under {probe}, which is a file"
+        raise WorkdirError(f"workdir {path} {where}, not a directory; pass a directory (it is "
+                           "created if missing)")
+    return path
+
+
 def _holder(path: str) -> str:
     try:
         with open(path) as f:
@@ -52,7 +76,7 @@ class WorkdirLock:
     """`with WorkdirLock(workdir):` holds the workdir for the run (see the module docstring)."""
 
     def __init__(self, workdir: str):
-        self.workdir = os.path.abspath(workdir)
+        self.workdir = checked_workdir(workdir)
         self.path = os.path.join(self.workdir, LOCK_FILE)
         self._fd: int | None = None
 

@@ -19,6 +19,8 @@ from __future__ import annotations
 import os
 from collections.abc import MutableMapping
 
+from posenc_jax.model import backends
+
 __all__ = ["DEFAULT_CPU_FLAGS", "apply_cpu_defaults", "cpu_attention"]
 
 #: Flags our entry points set when `XLA_FLAGS` is unset (see the module docstring).
@@ -43,5 +45,5 @@ def cpu_attention(seq_len: int) -> dict[str, object]:
     this length: dense up to 512 tokens, blockwise with 128-token blocks above (at L=1024:
     1.1x blocks of 256, 1.4x blocks of 512, 1.6x dense; see `docs/performance.md`)."""
     if seq_len <= 512:
-        return {"attention": "dense"}
-    return {"attention": "blockwise", "block_size": 128}
+        return {"attention": backends.DENSE}
+    return {"attention": backends.BLOCKWISE, "block_size": 128}

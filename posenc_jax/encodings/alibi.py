@@ -20,13 +20,15 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import ClassVar
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from posenc_jax.checks import integer, pair
-from posenc_jax.encodings.base import Encoding, bias_from_elementwise, check_model_dim, register
+from posenc_jax.checks import integer, pair, position_array
+from posenc_jax.encodings.base import Encoding, register
+from posenc_jax.encodings.capabilities import ElementwiseBias, bias_from_elementwise
 from posenc_jax.encodings.lookup import take_head
 
 __all__ = ["bias", "check_num_heads", "slopes"]
@@ -76,12 +78,13 @@ def bias(slopes, q_positions, k_positions) -> jax.Array:
       float32 [..., H, Lq, Lk]: [H, Lq, Lk] for 1-D positions, [B, H, Lq, Lk] for [B, L].
 
     Raises:
-      ValueError: slopes not 1-D.
+      TypeError: bool positions. ValueError: slopes not 1-D; host integers past JAX's dtype.
     """
     slopes = jnp.asarray(slopes, jnp.float32)
     if slopes.ndim != 1:
         raise ValueError(f"slopes must be 1-D [H], got shape {slopes.shape}")
-    q, k = pair(q_positions, k_positions)                      # [..., Lq, 1], [..., 1, Lk]
+    q, k = pair(position_array("q_positions", q_positions, floats=True),  # [..., Lq, 1]
+                position_array("k_positions", k_positions, floats=True))  # [..., 1, Lk]
     dist = distance(q, k)[..., None, :, :]                               # [..., 1, Lq, Lk]
     m = slopes.reshape((1,) * (dist.ndim - 3) + (-1, 1, 1))    # [1.., H, 1, 1]
     return 0.0 - m * dist                                      # +0.0 on the diagonal
@@ -100,8 +103,10 @@ def distance(q: jax.Array, k: jax.Array) -> jax.Array:
 
 @register("alibi")
 @dataclasses.dataclass(frozen=True)
-class ALiBi(Encoding):
+class ALiBi(Encoding, ElementwiseBias):
     """Attention with linear biases (Press et al. 2022): `-slope_h * |i - j|` on the scores."""
+
+    hooks: ClassVar = frozenset({"bias"})
 
     num_heads: int
 
@@ -109,6 +114,8 @@ class ALiBi(Encoding):
         slopes(self.num_heads)  # validates
 
     def bias(self, params, q_positions, k_positions, *, q=None):
+        q_positions = position_array("q_positions", q_positions, floats=True)
+        k_positions = position_array("k_positions", k_positions, floats=True)
         return bias_from_elementwise(self, params, q_positions, k_positions,
                                      num_heads=self.num_heads)
 
@@ -116,6 +123,3 @@ class ALiBi(Encoding):
         """-slope_head * |q - k| from the block's positions (slopes as exact constants)."""
         slope = take_head(tuple(_slopes(self.num_heads)), head)
         return 0.0 - slope * distance(jnp.asarray(q_positions), jnp.asarray(k_positions))
-
-    def check_model(self, *, embed_dim, num_heads, head_dim):
-        check_model_dim(self.name, "num_heads", self.num_heads, num_heads)

@@ -18,7 +18,7 @@ position order (a KV cache and packed sequences are); under a causal mask that i
 sum from j to i. p is non-decreasing towards earlier keys and differentiable in the gates
 through the interpolation weight p - floor p.
 
-CoPE reads whole rows of logits (`needs_full_rows`), so only dense attention supports it:
+CoPE reads whole rows of logits (a `RowBias`), so only dense attention supports it:
 blockwise attention and the kernels raise ValueError naming the alternative.
 
 Shapes: B batch, H heads, Lq/Lk query/key lengths, D head dim, P = npos_max.
@@ -33,8 +33,9 @@ from typing import ClassVar
 import jax
 import jax.numpy as jnp
 
-from posenc_jax.checks import integer
-from posenc_jax.encodings.base import Encoding, check_model_dim, register
+from posenc_jax.checks import integer, integer_array
+from posenc_jax.encodings.base import Encoding, register
+from posenc_jax.encodings.capabilities import ParamAxes, RowBias
 
 __all__ = ["bias", "positions"]
 
@@ -74,12 +75,11 @@ def bias(pos_emb, q, logits) -> Array:
 
 @register("cope")
 @dataclasses.dataclass(frozen=True)
-class CoPE(Encoding):
+class CoPE(Encoding, RowBias, ParamAxes):
     """Contextual position encoding (Golovneva et al. 2024): gated counts, interpolated
-    embeddings; dense attention only (`needs_full_rows`)."""
+    embeddings; dense attention only (a `RowBias`: its plain `bias` hook refuses)."""
 
-    bias_needs_query: ClassVar[bool] = True
-    needs_full_rows: ClassVar[bool] = True
+    hooks: ClassVar = frozenset({"bias"})
     param_axes: ClassVar = {"pos_emb": ("table", "kv")}
 
     head_dim: int
@@ -93,12 +93,11 @@ class CoPE(Encoding):
         del key
         return {"pos_emb": jnp.zeros((self.npos_max, self.head_dim), jnp.float32)}
 
-    def bias(self, params, q_positions, k_positions, *, q=None, logits=None):
-        if q is None or logits is None:
-            raise ValueError("cope: the bias reads the query and whole rows of attention logits;"
-                             " call bias(..., q=q_scaled, logits=s) (dense attention does)")
+    def bias(self, params, q_positions, k_positions, *, q=None):
+        raise ValueError("cope: the bias reads the query and whole rows of attention logits; "
+                         "call row_bias(..., q=q_scaled, logits=s) (dense attention does)")
+
+    def row_bias(self, params, q_positions, k_positions, *, q, logits):
+        integer_array("q_positions", q_positions), integer_array("k_positions", k_positions)
         q_unscaled = jnp.asarray(q, jnp.float32) * jnp.float32(math.sqrt(self.head_dim))
         return bias(params["pos_emb"], q_unscaled, logits)
-
-    def check_model(self, *, embed_dim, num_heads, head_dim):
-        check_model_dim(self.name, "head_dim", self.head_dim, head_dim)

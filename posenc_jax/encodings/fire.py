@@ -34,7 +34,8 @@ import jax
 import jax.numpy as jnp
 
 from posenc_jax.checks import finite_float, integer, integer_array, pair
-from posenc_jax.encodings.base import Encoding, check_model_dim, register
+from posenc_jax.encodings.base import Encoding, register
+from posenc_jax.encodings.capabilities import ElementwiseBias, ParamAxes
 from posenc_jax.encodings.relative import distance, head_values, same_rank
 
 __all__ = ["EPS", "init", "mlp", "normalized_distance"]
@@ -85,9 +86,10 @@ def mlp(x: Array, params) -> Array:
 
 @register("fire")
 @dataclasses.dataclass(frozen=True)
-class FIRE(Encoding):
+class FIRE(Encoding, ElementwiseBias, ParamAxes):
     """FIRE (Li et al. 2023): `f_theta(psi(|i - j|) / psi(max(i, L)))`, psi(x) = log(cx + 1)."""
 
+    hooks: ClassVar = frozenset({"bias"})
     param_axes: ClassVar = {"w2": (None, "heads"), "b2": ("heads",)}
 
     num_heads: int
@@ -125,6 +127,3 @@ class FIRE(Encoding):
             w2u, x = head_values(w2[u], head, x)
             out = out + jax.nn.relu(x * w1[u] + b1[u]) * w2u
         return out
-
-    def check_model(self, *, embed_dim, num_heads, head_dim):
-        check_model_dim(self.name, "num_heads", self.num_heads, num_heads)

@@ -30,7 +30,8 @@ import jax
 import jax.numpy as jnp
 
 from posenc_jax.checks import integer, one_of
-from posenc_jax.encodings.base import Encoding, bias_from_elementwise, check_model_dim, register
+from posenc_jax.encodings.base import Encoding, register
+from posenc_jax.encodings.capabilities import ElementwiseBias, ParamAxes, bias_from_elementwise
 from posenc_jax.encodings.relative import distance, head_values
 
 __all__ = ["EPS", "VARIANTS", "init", "kernel"]
@@ -71,9 +72,10 @@ def kernel(dist: Array, r1: Array, r2: Array, *, variant: str) -> Array:
 
 @register("kerple")
 @dataclasses.dataclass(frozen=True)
-class KERPLE(Encoding):
+class KERPLE(Encoding, ElementwiseBias, ParamAxes):
     """KERPLE (Chi et al. 2022): `-r1_h log(1 + r2_h |m - n|)` or `-r1_h |m - n|^r2_h`."""
 
+    hooks: ClassVar = frozenset({"bias"})
     param_axes: ClassVar = {"r1": ("heads",), "r2": ("heads",)}
 
     num_heads: int
@@ -95,6 +97,3 @@ class KERPLE(Encoding):
     def bias(self, params, q_positions, k_positions, *, q=None):
         return bias_from_elementwise(self, params, q_positions, k_positions,
                                      num_heads=self.num_heads)
-
-    def check_model(self, *, embed_dim, num_heads, head_dim):
-        check_model_dim(self.name, "num_heads", self.num_heads, num_heads)

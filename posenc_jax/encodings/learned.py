@@ -25,7 +25,8 @@ import numpy as np
 from jax.experimental import checkify
 
 from posenc_jax.checks import finite_float, integer, integer_array, last_axis
-from posenc_jax.encodings.base import Encoding, check_model_dim, register
+from posenc_jax.encodings.base import Encoding, register
+from posenc_jax.encodings.capabilities import MaxPositions, ModelDefaults, ParamAxes
 
 __all__ = ["checked_lookup", "init", "lookup"]
 
@@ -127,13 +128,14 @@ def checked_lookup(table, positions) -> jax.Array:
 
 @register("learned")
 @dataclasses.dataclass(frozen=True)
-class Learned(Encoding):
+class Learned(Encoding, MaxPositions, ModelDefaults, ParamAxes):
     """A learned table of `max_len` absolute positions added to the embeddings.
 
     A position outside [0, max_len) is an error (concrete positions) or NaN (traced ones),
     never a silent clamp.
     """
 
+    hooks: ClassVar = frozenset({"embed"})
     param_axes: ClassVar = {"table": ("table", "embed")}
     # In a model, start the table at the scale of the sqrt(E)-scaled token embeddings.
     model_defaults: ClassVar = {"stddev": 1.0}
@@ -158,6 +160,3 @@ class Learned(Encoding):
         last_axis("x", x, self.embed_dim, f"the {self.name} encoding's embed_dim")
         pe = lookup(params["table"], positions)
         return x + jnp.broadcast_to(pe, x.shape).astype(x.dtype)
-
-    def check_model(self, *, embed_dim, num_heads, head_dim):
-        check_model_dim(self.name, "embed_dim", self.embed_dim, embed_dim)

@@ -27,8 +27,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from posenc_jax.checks import boolean, integer_array
-from posenc_jax.encodings.base import Encoding, register
-from posenc_jax.encodings.rope import RoPE, apply_cos_sin
+from posenc_jax.encodings.base import register
+from posenc_jax.encodings.capabilities import MultiAxisPositions
+from posenc_jax.encodings.rope import RotaryBase, apply_cos_sin
 
 __all__ = ["MRoPE", "axis_of_frequency", "cos_sin", "positions_3d"]
 
@@ -79,11 +80,13 @@ def cos_sin(positions, inv_freq, axis: np.ndarray, *, attention_factor: float = 
 
 @register("mrope")
 @dataclasses.dataclass(frozen=True)
-class MRoPE(RoPE):
+class MRoPE(RotaryBase, MultiAxisPositions):
     """Multimodal RoPE: RoPE's hyperparameters plus `mrope_section` (s_t, s_h, s_w), which must
     sum to rotary_dim // 2 (default None: Qwen2-VL's proportions, R/4 temporal and 3R/8 each
     for height and width), and `interleaved` (Qwen3-VL). The rotate hook takes positions
-    [3, B, L] (or [B, L] / [L], broadcast to the three axes)."""
+    [3, B, L] (or [B, L] / [L], broadcast to the three axes). Neither `KernelRotary` (a
+    kernel rotates from 1-D positions; the model rotates q and k before the kernel) nor
+    `LengthDependent` (refused at construction)."""
 
     mrope_section: tuple | None = None
     interleaved: bool = False
@@ -109,10 +112,6 @@ class MRoPE(RoPE):
             raise ValueError("mrope: length-dependent scaling (dynamic NTK, LongRoPE) is not "
                              f"supported, got rope_type={self.scaling_dict['rope_type']!r}")
         object.__setattr__(self, "mrope_section", section)
-
-    # An attention kernel rotates from 1-D positions: not this scheme's (the model rotates q and
-    # k itself, before the kernel)
-    kernel_rotation = Encoding.kernel_rotation
 
     def rotate(self, params, q, k, q_positions, k_positions, *, seq_len=None):
         del seq_len  # no length-dependent scaling here (refused at construction)

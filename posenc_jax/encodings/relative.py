@@ -33,6 +33,7 @@ __all__ = [
     "head_values",
     "relative_positions",
     "same_rank",
+    "saturating_difference",
     "shaw_bias",
     "shaw_init",
     "shaw_value_term",
@@ -62,6 +63,14 @@ def relative_positions(q_positions, k_positions) -> jax.Array:
     q = integer_array("q_positions", q_positions)
     k = integer_array("k_positions", k_positions)
     q, k = pair(q.astype(jnp.int32), k.astype(jnp.int32))
+    return saturating_difference(k, q)
+
+
+def saturating_difference(k, q) -> jax.Array:
+    """k - q in int32 (broadcast elementwise, e.g. a kernel block's [Bq, 1] and [1, Bk]),
+    saturating at the int32 limits instead of wrapping (2^31 - 1 - (-2^31 + 5) is not a near
+    key)."""
+    k, q = jnp.asarray(k, jnp.int32), jnp.asarray(q, jnp.int32)
     diff = k - q
     wrapped = ((k ^ q) & (k ^ diff)) < 0  # signs of k and q differ and the result's is wrong
     return jnp.where(wrapped, jnp.where(k >= 0, _INT32.max, _INT32.min), diff)
@@ -153,6 +162,7 @@ def t5_bucket(relative_position, *, bidirectional: bool, num_buckets: int = 32,
     """
     max_exact = _check_t5(bidirectional, num_buckets, max_distance)
     rel = integer_array("relative_position", relative_position).astype(jnp.int32)
+    rel = jnp.maximum(rel, -_INT32.max)  # -(int32 min) wraps to itself: a far key looked near
     buckets = jnp.zeros_like(rel)
     n = num_buckets
     if bidirectional:

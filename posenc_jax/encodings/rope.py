@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Any
+from typing import Any, ClassVar
 
 import jax
 import jax.numpy as jnp
@@ -47,10 +47,11 @@ from posenc_jax._frozen import freeze, thaw
 from posenc_jax.checks import boolean, finite_float, integer, integer_array, one_of, positive_int
 from posenc_jax.encodings import frequencies as freqs
 from posenc_jax.encodings import rope_scaling
-from posenc_jax.encodings.base import Encoding, KernelRotation, check_model_dim, register
+from posenc_jax.encodings.base import Encoding, register
+from posenc_jax.encodings.capabilities import KernelRotary, KernelRotation, LengthDependent
 from posenc_jax.encodings.frequencies import inv_freq
 
-__all__ = ["LAYOUTS", "apply", "apply_cos_sin", "cos_sin", "inv_freq"]
+__all__ = ["LAYOUTS", "RoPE", "RotaryBase", "apply", "apply_cos_sin", "cos_sin", "inv_freq"]
 
 LAYOUTS = ("half", "interleaved")
 Array = jax.Array
@@ -207,9 +208,8 @@ def apply(x, positions, inv_freq, *, layout: str = "half",
     return apply_cos_sin(x, cos, sin, layout=layout)
 
 
-@register("rope")
 @dataclasses.dataclass(frozen=True)
-class RoPE(Encoding):
+class RotaryBase(Encoding):
     """Rotary position embedding (Su et al. 2021) on the first `rotary_dim` dims of q and k.
 
     `scaling` is a Hugging Face style `rope_scaling` dict (`{"rope_type": "yarn", ...}`), see
@@ -225,7 +225,12 @@ class RoPE(Encoding):
       Gemma 4's `proportional` rope type is p-RoPE with p = its partial_rotary_factor.
     * `resonance` (Wang et al. 2024): every wavelength 2 pi / theta_i rounded to an integer;
       with `scaling={"rope_type": "yarn", ...}` this is the paper's Resonance YaRN.
+
+    The shared body of `RoPE` (registered "rope", with the kernel-rotation and
+    length-dependent capabilities) and `posenc_jax.encodings.mrope.MRoPE`, which has neither.
     """
+
+    hooks: ClassVar = frozenset({"rotate"})
 
     head_dim: int
     base: float = 10000.0
@@ -290,7 +295,8 @@ class RoPE(Encoding):
         return None if self.scaling is None else rope_scaling.Validated(thaw(self.scaling))
 
     @property
-    def is_length_dependent(self):
+    def is_length_dependent(self) -> bool:
+        """True when the scaling method reads the sequence length (dynamic NTK, LongRoPE)."""
         return self.scaling is not None and rope_scaling.is_length_dependent(self.scaling_dict)
 
     def frequencies(self, seq_len: Array | int | None = None) -> tuple[Array, Array]:
@@ -303,12 +309,6 @@ class RoPE(Encoding):
         if self.p_rope < 1.0:
             inv = freqs.truncate(inv, fraction=self.p_rope)
         return inv, factor
-
-    def regime(self, k_positions):
-        if not self.is_length_dependent:
-            return jnp.zeros((), jnp.int32)
-        return rope_scaling.regime(self.scaling_dict, seq_len=jnp.max(k_positions) + 1,
-                                   max_position_embeddings=self.max_position_embeddings)
 
     def rotate(self, params, q, k, q_positions, k_positions, *, seq_len=None):
         integer_array("q_positions", q_positions)
@@ -331,10 +331,20 @@ class RoPE(Encoding):
         k = apply_cos_sin(k, k_cos, k_sin, layout=self.layout)
         return q, k
 
+
+@register("rope")
+@dataclasses.dataclass(frozen=True)
+class RoPE(RotaryBase, KernelRotary, LengthDependent):
+    """Rotary position embedding (Su et al. 2021): `RotaryBase`'s hyperparameters and rotation,
+    plus the rotation a kernel can apply in-kernel and the length-dependent regime."""
+
+    def regime(self, k_positions):
+        if not self.is_length_dependent:
+            return jnp.zeros((), jnp.int32)
+        return rope_scaling.regime(self.scaling_dict, seq_len=jnp.max(k_positions) + 1,
+                                   max_position_embeddings=self.max_position_embeddings)
+
     def kernel_rotation(self, params, *, seq_len=None):
         """inv_freq [R], attention factor and layout, for a kernel that rotates in-kernel."""
         inv_freq, factor = self.frequencies(seq_len if self.is_length_dependent else None)
         return KernelRotation(inv_freq=inv_freq, attention_factor=factor, layout=self.layout)
-
-    def check_model(self, *, embed_dim, num_heads, head_dim):
-        check_model_dim(self.name, "head_dim", self.head_dim, head_dim)

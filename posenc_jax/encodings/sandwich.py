@@ -27,13 +27,15 @@ Shapes: B batch, H heads, Lq/Lk query/key lengths.
 from __future__ import annotations
 
 import dataclasses
+from typing import ClassVar
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from posenc_jax.checks import integer
-from posenc_jax.encodings.base import Encoding, check_model_dim, register
+from posenc_jax.encodings.base import Encoding, register
+from posenc_jax.encodings.capabilities import ElementwiseBias
 from posenc_jax.encodings.relative import distance, head_values, same_rank
 
 __all__ = ["compression", "frequencies", "kernel"]
@@ -86,8 +88,10 @@ def _kernel_once(dist: Array, *, dim: int) -> Array:
 
 @register("sandwich")
 @dataclasses.dataclass(frozen=True)
-class Sandwich(Encoding):
+class Sandwich(Encoding, ElementwiseBias):
     """Sandwich (Chi et al. 2023): `(p_m . p_n - d'/2) / (8h / H)`, parameter free."""
+
+    hooks: ClassVar = frozenset({"bias"})
 
     num_heads: int
     embed_dim: int
@@ -112,7 +116,3 @@ class Sandwich(Encoding):
         base = base[..., None, :, :]                                        # [.., 1, Lq, Lk]
         inv_r = jnp.asarray(1.0 / compression(self.num_heads), jnp.float32)   # [H]
         return base * inv_r.reshape((1,) * (base.ndim - 3) + (self.num_heads, 1, 1))
-
-    def check_model(self, *, embed_dim, num_heads, head_dim):
-        check_model_dim(self.name, "num_heads", self.num_heads, num_heads)
-        check_model_dim(self.name, "embed_dim", self.embed_dim, embed_dim)

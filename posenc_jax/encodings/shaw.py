@@ -21,32 +21,43 @@ from typing import ClassVar
 import jax
 
 from posenc_jax.checks import boolean, integer
-from posenc_jax.encodings.base import Encoding, check_model_dim, register
+from posenc_jax.encodings.base import Encoding, register
+from posenc_jax.encodings.capabilities import ParamAxes, QueryBias, ValueTerm
 from posenc_jax.encodings.relative import shaw_bias, shaw_init, shaw_value_term
+
+__all__ = ["Shaw", "ShawValue"]
 
 
 @register("shaw")
 @dataclasses.dataclass(frozen=True)
-class Shaw(Encoding):
+class Shaw(Encoding, QueryBias, ParamAxes):
     """Shaw et al. (2018) relative position embeddings: `2K + 1` learned vectors, the score
     term `q_i . a_{clip(j - i, -K, K)}` with K = `max_relative_position`; with `value=True`
-    also the output term `sum_j p_ij a^V_{clip(j - i, -K, K)}`."""
+    also the output term `sum_j p_ij a^V_{clip(j - i, -K, K)}`.
 
-    bias_needs_query: ClassVar[bool] = True
+    `Shaw(..., value=True)` (and `posenc_jax.get("shaw", ..., value=True)`) builds a
+    `ShawValue`, the same scheme with the `ValueTerm` capability, so that whether the scheme
+    has a value term is its type's answer, as for every capability.
+    """
+
+    hooks: ClassVar = frozenset({"bias"})
     param_axes: ClassVar = {"table": ("table", "kv"), "value_table": ("table", "kv")}
 
     head_dim: int
     max_relative_position: int = 16
     value: bool = False
 
+    def __new__(cls, *args, **kwargs):
+        chosen = cls
+        if cls in (Shaw, ShawValue):  # `value` (the third field) picks the class
+            value = args[2] if len(args) > 2 else kwargs.get("value", cls is ShawValue)
+            chosen = ShawValue if value is True else Shaw
+        return super().__new__(chosen)
+
     def __post_init__(self):
         integer("max_relative_position", self.max_relative_position, minimum=1)
         integer("head_dim", self.head_dim, minimum=1)
         boolean("value", self.value)
-
-    @property
-    def has_value_term(self) -> bool:
-        return self.value
 
     def init(self, key):
         out = {"table": shaw_init(key, max_relative_position=self.max_relative_position,
@@ -56,18 +67,20 @@ class Shaw(Encoding):
                                            max_relative_position=self.max_relative_position)
         return out
 
-    def value_term(self, params, weights, q_positions, k_positions):
-        if not self.value:
-            return None
-        return shaw_value_term(params["value_table"], weights, q_positions, k_positions,
-                               max_relative_position=self.max_relative_position)
-
     def bias(self, params, q_positions, k_positions, *, q=None):
         if q is None:
             raise ValueError("shaw: the bias depends on the query; call bias(..., q=q) with the "
                              "scaled query [B, Lq, H, D]")
         return shaw_bias(params["table"], q, q_positions, k_positions,
-                                  max_relative_position=self.max_relative_position)
+                         max_relative_position=self.max_relative_position)
 
-    def check_model(self, *, embed_dim, num_heads, head_dim):
-        check_model_dim(self.name, "head_dim", self.head_dim, head_dim)
+
+@dataclasses.dataclass(frozen=True)
+class ShawValue(Shaw, ValueTerm):
+    """Shaw et al. with `value=True`: also the value term a^V (see `Shaw`)."""
+
+    value: bool = True
+
+    def value_term(self, params, weights, q_positions, k_positions):
+        return shaw_value_term(params["value_table"], weights, q_positions, k_positions,
+                               max_relative_position=self.max_relative_position)

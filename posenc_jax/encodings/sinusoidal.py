@@ -14,12 +14,13 @@ Shapes: L length, E = dim the embedding width; positions are [..., L].
 from __future__ import annotations
 
 import dataclasses
+from typing import ClassVar
 
 import jax.numpy as jnp
 
 from posenc_jax.checks import finite_float, integer, integer_array, last_axis
 from posenc_jax.encodings import rope
-from posenc_jax.encodings.base import Encoding, check_model_dim, register
+from posenc_jax.encodings.base import Encoding, register
 
 __all__ = ["encode", "frequencies", "shift_matrix"]
 
@@ -83,6 +84,8 @@ def shift_matrix(k, dim: int, *, base: float = 10000.0) -> jnp.ndarray:
 class Sinusoidal(Encoding):
     """Fixed sine/cosine table added to the embeddings (Vaswani et al. 2017)."""
 
+    hooks: ClassVar = frozenset({"embed"})
+
     embed_dim: int
     base: float = 10000.0
 
@@ -95,6 +98,3 @@ class Sinusoidal(Encoding):
         last_axis("x", x, self.embed_dim, f"the {self.name} encoding's embed_dim")
         pe = encode(positions, self.embed_dim, base=self.base)
         return x + jnp.broadcast_to(pe, x.shape).astype(x.dtype)
-
-    def check_model(self, *, embed_dim, num_heads, head_dim):
-        check_model_dim(self.name, "embed_dim", self.embed_dim, embed_dim)

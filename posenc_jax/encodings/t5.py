@@ -11,16 +11,18 @@ from typing import ClassVar
 import jax.numpy as jnp
 
 from posenc_jax.checks import integer, integer_array
-from posenc_jax.encodings.base import Encoding, bias_from_elementwise, check_model_dim, register
+from posenc_jax.encodings.base import Encoding, register
+from posenc_jax.encodings.capabilities import ElementwiseBias, ParamAxes, bias_from_elementwise
 from posenc_jax.encodings.lookup import take_row_head
-from posenc_jax.encodings.relative import t5_bucket, t5_init
+from posenc_jax.encodings.relative import saturating_difference, t5_bucket, t5_init
 
 
 @register("t5")
 @dataclasses.dataclass(frozen=True)
-class T5Bias(Encoding):
+class T5Bias(Encoding, ElementwiseBias, ParamAxes):
     """T5's learned bias per head over log-spaced relative-position buckets (Raffel et al.)."""
 
+    hooks: ClassVar = frozenset({"bias"})
     param_axes: ClassVar = {"table": ("table", "heads")}
 
     num_heads: int
@@ -49,10 +51,7 @@ class T5Bias(Encoding):
 
     def elementwise_bias(self, params, q_positions, k_positions, head):
         """table[bucket(k - q), head]: the bucket computed from the block's positions."""
-        rel = (jnp.asarray(k_positions, jnp.int32) - jnp.asarray(q_positions, jnp.int32))
+        rel = saturating_difference(k_positions, q_positions)  # never wraps to a near key
         bucket = t5_bucket(rel, bidirectional=self.bidirectional,
                            num_buckets=self.num_buckets, max_distance=self.max_distance)
         return take_row_head(params["table"], bucket, head)
-
-    def check_model(self, *, embed_dim, num_heads, head_dim):
-        check_model_dim(self.name, "num_heads", self.num_heads, num_heads)

@@ -9,7 +9,7 @@ n theta_i, m theta_i, theta_i = 10000^(-2i/d)) is also scaled:
 
 with zeta_i = (2i / d + 0.4) / 1.4 in (0, 1) (the paper's (i / (d/2) + gamma') / (1 + gamma'),
 gamma' = 0.4; here `zeta_offset`) and gamma = 512 (`scale_base`). For n >= m the factor
-decays with the distance: xPos is defined for causal attention only (`causal_only`).
+decays with the distance: xPos is defined for causal attention only (`CausalOnly`).
 
 Overflow: zeta_0^(n / gamma) = 0.286^(n / 512) underflows float32 below 1e-38 from n ~ 36k
 (and the key's inverse overflows), although the product depends on n - m only. So the scale
@@ -39,7 +39,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from posenc_jax.checks import finite_float, integer, integer_array, one_of
-from posenc_jax.encodings.base import Encoding, check_model_dim, register
+from posenc_jax.encodings.base import Encoding, register
+from posenc_jax.encodings.capabilities import BlockTransform, CausalOnly
 from posenc_jax.encodings.frequencies import inv_freq
 from posenc_jax.encodings.rope import LAYOUTS, apply
 
@@ -93,10 +94,10 @@ def rescale(q, k, q_positions, k_positions, log_z, *, scale_base: float, layout:
 
 @register("xpos")
 @dataclasses.dataclass(frozen=True)
-class XPos(Encoding):
+class XPos(Encoding, BlockTransform, CausalOnly):
     """xPos (Sun et al. 2022): RoPE with the decay `zeta_i^((n - m) / gamma)`; causal only."""
 
-    causal_only: ClassVar[bool] = True
+    hooks: ClassVar = frozenset({"rotate"})
 
     head_dim: int
     base: float = 10000.0
@@ -124,6 +125,3 @@ class XPos(Encoding):
         return rescale(q, k, q_positions, k_positions,
                        log_zeta(self.head_dim, zeta_offset=self.zeta_offset),
                        scale_base=self.scale_base, layout=self.layout)
-
-    def check_model(self, *, embed_dim, num_heads, head_dim):
-        check_model_dim(self.name, "head_dim", self.head_dim, head_dim)

@@ -3,18 +3,18 @@
 Queries are cut into blocks of `block_q` rows and keys into blocks of `block_k` columns. For
 each query block a `lax.scan` runs over the key blocks keeping the running row maximum m, the
 running normaliser l and the unnormalised output acc (Milakov & Gimelshein 2018; Dao et al.
-2022):
+2022), with the update and normalisation of `posenc_jax.model.softmax_math`:
 
-    s      = q_blk k_blk^T * scale + bias(q_pos_blk, k_pos_blk)    masked entries -> -1e30
+    s      = q_blk k_blk^T * scale + bias(q_pos_blk, k_pos_blk)    masked entries -> NEG
     m'     = max(m, rowmax(s));   p = exp(s - m') (0 where masked)
     l'     = exp(m - m') l + rowsum(p);   acc' = exp(m - m') acc + p v_blk
     out    = acc / l        (0 where l == 0: a row that sees no key gives zeros, not NaN)
 
 The encoding's bias hook is called on the block's own positions, so only [B, H, block_q,
 block_k] is ever live: ALiBi, T5 and Shaw never build [H, Lq, Lk] and memory is linear in the
-length. An encoding's `block_transform` (xPos) is applied to each (query block, key block)
-before scoring, and its `value_term` (Shaw's a^V, linear in the weights) is fed the block's
-unnormalised p and accumulated with p v. A bias that `needs_full_rows` (CoPE) is refused. A key block that the mask hides entirely (e.g. above the causal diagonal, or unfilled
+length. An encoding's `BlockTransform` (xPos) is applied to each (query block, key block)
+before scoring, and its `ValueTerm` (Shaw's a^V, linear in the weights) is fed the block's
+unnormalised p and accumulated with p v. A `RowBias` (CoPE: whole rows of logits) is refused. A key block that the mask hides entirely (e.g. above the causal diagonal, or unfilled
 cache slots) is skipped with `lax.cond`, which halves the work of causal attention.
 
 Lengths that are not multiples of the block sizes are padded (padded keys masked, padded query
@@ -35,12 +35,13 @@ import jax.numpy as jnp
 
 from posenc_jax.checks import positive_int
 from posenc_jax.encodings.base import Encoding
-from posenc_jax.model.scores import build_mask, check_capabilities, encoding_bias
+from posenc_jax.encodings.capabilities import BlockTransform, ValueTerm
+from posenc_jax.model.scores import build_mask, encoding_bias
+from posenc_jax.model.softmax_math import NEG, normalise, online_step
 
-__all__ = ["attend_blockwise"]
+__all__ = ["attend_blockwise", "attend_blockwise_lse"]
 
 Array = jax.Array
-_NEG = -1e30  # a finite "minus infinity": exp(_NEG - m) underflows to 0, never NaN
 
 
 def _pad(x: Array | None, axis: int, size: int, value=0) -> Array | None:
@@ -72,18 +73,37 @@ def attend_blockwise(q: Array, k: Array, v: Array, *, encoding: Encoding, params
       q_positions, q_segment_ids: [B|1, Lq]; k_positions, k_segment_ids, k_mask: [B|1, Lk]
         (already validated and made 2-D by `attend`; segment ids and k_mask may be None).
       block_q, block_k: block sizes (>= 1), clipped to Lq and Lk.
-      window: sliding window W or None (see `scores.build_mask`); key blocks wholly outside
-        it are skipped like those above the causal diagonal.
+      window: None, or a key is visible only when `q_position - k_position < window`.
 
     Returns:
       [B, Lq, H, D] in q.dtype.
     """
+    out, _ = attend_blockwise_lse(
+        q, k, v, encoding=encoding, params=params, q_positions=q_positions,
+        k_positions=k_positions, causal=causal, q_segment_ids=q_segment_ids,
+        k_segment_ids=k_segment_ids, k_mask=k_mask, block_q=block_q, block_k=block_k,
+        window=window)
+    return out.astype(q.dtype)
+
+
+def attend_blockwise_lse(q: Array, k: Array, v: Array, *, encoding: Encoding, params: Any,
+                         q_positions: Array, k_positions: Array, causal: bool,
+                         q_segment_ids: Array | None, k_segment_ids: Array | None,
+                         k_mask: Array | None, block_q: int, block_k: int,
+                         window: int | None = None) -> tuple[Array, Array]:
+    """`attend_blockwise` that also returns each row's log-sum-exp, for merging partial results.
+
+    Returns (out float32 [B, Lq, H, D], lse float32 [B, Lq, H]) with
+    lse = log sum_j exp(s_j) over the row's visible keys, and -1e30 for a row that sees no
+    key (its out is 0). Two results over disjoint key sets merge exactly by the online-softmax
+    rule: lse = logaddexp(lse1, lse2), out = exp(lse1 - lse) out1 + exp(lse2 - lse) out2
+    (`posenc_jax.model.context_parallel` does this across devices).
+    """
     block_q, block_k = positive_int("block_q", block_q), positive_int("block_k", block_k)
-    check_capabilities(encoding, implementation="blockwise", causal=causal)
     b, lq, h, d = q.shape
     lk, kh = k.shape[1], k.shape[2]
-    if lq == 0 or lk == 0:  # as the dense path: no query rows, or rows that see no key
-        return jnp.zeros(q.shape, q.dtype)
+    if b == 0 or lq == 0 or lk == 0:  # as the dense path: no rows, or rows that see no key
+        return (jnp.zeros(q.shape, jnp.float32), jnp.full(q.shape[:3], NEG, jnp.float32))
     g = h // kh
     bq, bk = min(block_q, lq), min(block_k, lk)
     nq, nk = -(-lq // bq), -(-lk // bk)
@@ -95,7 +115,8 @@ def attend_blockwise(q: Array, k: Array, v: Array, *, encoding: Encoding, params
         valid = jnp.arange(nk * bk)[None, :] < lk
         if k_mask is not None:
             valid = jnp.logical_and(valid, _pad(k_mask.astype(bool), 1, nk * bk, False))
-    has_mask = causal or q_segment_ids is not None or valid is not None or window is not None
+    has_mask = (causal or q_segment_ids is not None or valid is not None
+                or window is not None)
 
     q_blk = _blocks(_pad(q, 1, nq * bq), 1, bq)                              # [nq, B, bq, H, D]
     qp_blk = _blocks(_pad(q_positions, 1, nq * bq), 1, bq)                   # [nq, P, bq]
@@ -109,12 +130,12 @@ def attend_blockwise(q: Array, k: Array, v: Array, *, encoding: Encoding, params
     def key_step(carry, xs, qb, qpb, qsb):
         kb, vb, kpb, ksb, vmb = xs
         mask = build_mask(qpb, kpb, causal=causal, q_segment_ids=qsb, k_segment_ids=ksb,
-                          k_mask=vmb, window=window) if has_mask else None               # [B|1, 1, bq, bk]
+                          k_mask=vmb, window=window) if has_mask else None  # [B|1,1,bq,bk]
 
         def update(carry):
-            m, l, acc = carry                   # [B, K, G, bq], same, [B, K, G, bq, D] f32
+            m, l, acc = carry                   # [B, K, G, bq, 1], same, [B, K, G, bq, D] f32
             q_blk, k_blk = qb, kb
-            if encoding.has_block_transform:
+            if isinstance(encoding, BlockTransform):
                 q_blk, k_blk = encoding.block_transform(params, qb, kb, qpb, kpb)
             qg = q_blk.reshape(b, bq, kh, g, d)
             s = jnp.einsum("bqkgd,bskd->bkgqs", qg, k_blk,
@@ -122,21 +143,16 @@ def attend_blockwise(q: Array, k: Array, v: Array, *, encoding: Encoding, params
             bias = encoding_bias(encoding, params, qpb, kpb, (q_blk * scale).astype(qb.dtype), h)
             if bias is not None:                                          # [B|1, H, bq, bk]
                 s = s + bias.reshape(bias.shape[0], kh, g, bq, bk)
-            if mask is not None:
-                m5 = mask[:, :, None]                                     # [B|1, 1, 1, bq, bk]
-                s = jnp.where(m5, s, jnp.float32(_NEG))
-            m_new = jnp.maximum(m, jnp.max(s, axis=-1))
-            p = jnp.exp(s - m_new[..., None])
-            if mask is not None:
-                p = jnp.where(m5, p, jnp.float32(0.0))
-            alpha = jnp.exp(m - m_new)
-            l_new = alpha * l + jnp.sum(p, axis=-1)
+            m5 = None if mask is None else mask[:, :, None]               # [B|1, 1, 1, bq, bk]
+            if m5 is not None:
+                s = jnp.where(m5, s, jnp.float32(NEG))
+            m_new, l_new, p, alpha = online_step(m, l, s, m5)
             pv = jnp.einsum("bkgqs,bskd->bkgqd", p.astype(vb.dtype), vb,
                             preferred_element_type=jnp.float32)
-            extra = encoding.value_term(params, p.reshape(b, h, bq, -1), qpb, kpb)
-            if extra is not None:  # linear in p: rescaled by alpha like p v
+            if isinstance(encoding, ValueTerm):  # linear in p: rescaled by alpha like p v
+                extra = encoding.value_term(params, p.reshape(b, h, bq, -1), qpb, kpb)
                 pv = pv + extra.astype(jnp.float32).reshape(b, kh, g, bq, d)
-            return m_new, l_new, alpha[..., None] * acc + pv
+            return m_new, l_new, alpha * acc + pv
 
         if mask is None:
             return update(carry), None
@@ -144,16 +160,19 @@ def attend_blockwise(q: Array, k: Array, v: Array, *, encoding: Encoding, params
 
     def query_block(xs):
         qb, qpb, qsb = xs
-        init = (jnp.full((b, kh, g, bq), _NEG, jnp.float32),
-                jnp.zeros((b, kh, g, bq), jnp.float32),
+        init = (jnp.full((b, kh, g, bq, 1), NEG, jnp.float32),
+                jnp.zeros((b, kh, g, bq, 1), jnp.float32),
                 jnp.zeros((b, kh, g, bq, d), jnp.float32))
         step = jax.checkpoint(lambda c, x: key_step(c, x, qb, qpb, qsb), prevent_cse=False)
-        (_, l, acc), _ = jax.lax.scan(step, init, (k_blk, v_blk, kp_blk, ks_blk, valid_blk))
-        seen = l > 0
-        out = jnp.where(seen[..., None], acc / jnp.where(seen, l, 1.0)[..., None], 0.0)
-        out = out.reshape(b, h, bq, d)                                   # head h = k * G + g
-        return jnp.transpose(out, (0, 2, 1, 3)).astype(q.dtype)           # [B, bq, H, D]
+        (m, l, acc), _ = jax.lax.scan(step, init, (k_blk, v_blk, kp_blk, ks_blk, valid_blk))
+        out = normalise(acc, l).reshape(b, h, bq, d)                     # head h = k * G + g
+        seen = l[..., 0] > 0                      # a row that sees no key: lse NEG (merges as 0)
+        lse = jnp.where(seen, m[..., 0] + jnp.log(jnp.where(seen, l[..., 0], 1.0)),
+                        jnp.float32(NEG)).reshape(b, h, bq)
+        return jnp.transpose(out, (0, 2, 1, 3)), jnp.transpose(lse, (0, 2, 1))
 
-    out = jax.lax.map(jax.checkpoint(query_block, prevent_cse=False), (q_blk, qp_blk, qs_blk))
+    out, lse = jax.lax.map(jax.checkpoint(query_block, prevent_cse=False),
+                           (q_blk, qp_blk, qs_blk))      # [nq, B, bq, H, D], [nq, B, bq, H]
     out = jnp.moveaxis(out, 0, 1).reshape(b, nq * bq, h, d)
-    return out[:, :lq]
+    lse = jnp.moveaxis(lse, 0, 1).reshape(b, nq * bq, h)
+    return out[:, :lq], lse[:, :lq]

@@ -21,19 +21,23 @@ cannot be per-layer: they act only at the input (set them as `encoding`).
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from typing import Any
 
+import jax
 import jax.numpy as jnp
 
 from posenc_jax._frozen import _FrozenDict, freeze, thaw
 from posenc_jax.checks import boolean, finite_float, positive_int
+from posenc_jax.encodings import capabilities
 from posenc_jax.encodings.base import Encoding, for_model
-from posenc_jax.model.attention import check_implementation
+from posenc_jax.model import backends
+from posenc_jax.model.context_parallel import check_mode as check_context_mode
+from posenc_jax.model.kernels import unsupported_reason
+from posenc_jax.model.kernels.blocks import kernel_blocks
 from posenc_jax.model.features import check_features
-from posenc_jax.model.kernels import check_supported
 from posenc_jax.model.mlp import MLP_ACTIVATIONS
 from posenc_jax.model.scan import check_scannable
-from posenc_jax.model.scores import check_capabilities
 
 __all__ = ["TransformerConfig", "freeze", "thaw"]
 
@@ -74,17 +78,25 @@ class TransformerConfig:
       mlp_activation: "swiglu", "geglu" or "gelu" (`posenc_jax.model.mlp`).
       encoding, encoding_kwargs: the model's positional encoding, by name (see module doc).
       layer_encodings: None, or one entry per layer: a name or (name, kwargs).
-      attention: "dense", "blockwise", "pallas" (the Pallas kernel; interpret mode on CPU) or
-        "auto" (the kernel on GPU/TPU, dense or blockwise on CPU; see `attention.attend`);
-        block_size: the blockwise block (queries and keys; 128-256 was fastest on a 2-core
+      attention: a backend of `posenc_jax.model.backends` (`backends.names()`: XLA dense,
+        blockwise, the Pallas kernel (interpret mode on CPU), cuDNN) or "auto" (what
+        `backends.choose` picks per platform); validated by asking the registry whether it
+        runs every encoding of the model. block_size: the blockwise block (queries and keys; 128-256 was fastest on a 2-core
         CPU, see benchmarks/attention.py), also the kernel's interpret-mode block.
+      kernel_blocks: the kernel's GPU / TPU block sizes per pass, e.g.
+        `{"gpu": {"block_q": 128, "num_warps": 8}}` (None: defaults by head dim; see
+        `posenc_jax.model.kernels.blocks`); validated here, stored as a `KernelBlocks`.
       causal: decoder (True) or bidirectional attention.
       tie_embeddings: the output projection is the token embedding's transpose.
       dtype: activation/compute dtype; param_dtype: parameter storage dtype.
-      norm_eps: RMSNorm epsilon. dense_backend: None, "xla" or "cudnn" (dense attention).
+      norm_eps: RMSNorm epsilon. dense_backend: deprecated (a DeprecationWarning; "cudnn"
+        becomes attention="cudnn", "xla" plain dense; then stored as None).
       scan_layers: run the blocks as one `jax.lax.scan` (compile time independent of depth;
         same params and checkpoints as the loop); needs one encoding for every layer. See
         `posenc_jax.model.scan`.
+      context_mode: "ring" or "all_gather": how attention gathers keys when the mesh and
+        logical rules split the sequence ("length" -> a mesh axis of size > 1); see
+        `posenc_jax.model.context_parallel`. Unused otherwise.
       embed_scale, qkv_bias, qk_norm, norm_offset, post_norms, query_pre_attn_scalar,
         sliding_window, final_logit_softcap: what pretrained families need (Llama has no
         embedding scale: embed_scale=None; Gemma 3's windows: sliding_window=([512] * 5 +
@@ -102,8 +114,9 @@ class TransformerConfig:
     encoding: str = "rope"
     encoding_kwargs: Any = ()
     layer_encodings: Any = None
-    attention: str = "dense"
+    attention: str = backends.DENSE
     block_size: int = 256
+    kernel_blocks: Any = None
     causal: bool = True
     tie_embeddings: bool = True
     dtype: Any = "float32"
@@ -111,6 +124,7 @@ class TransformerConfig:
     norm_eps: float = 1e-6
     dense_backend: str | None = None
     scan_layers: bool = False
+    context_mode: str = "ring"
     embed_scale: Any = "sqrt"
     qkv_bias: bool = False
     qk_norm: bool = False
@@ -141,8 +155,14 @@ class TransformerConfig:
         if self.mlp_activation not in MLP_ACTIVATIONS:
             raise ValueError(f"unknown mlp_activation {self.mlp_activation!r}; valid: "
                              f"{', '.join(map(repr, MLP_ACTIVATIONS))}")
-        check_implementation(self.attention, self.dense_backend)
+        set_("attention", backends.resolve(self.attention, self.dense_backend, warn=False))
+        if self.dense_backend is not None:  # deprecated: now the attention names the backend
+            warnings.warn(f"TransformerConfig(dense_backend={self.dense_backend!r}) is "
+                          f"deprecated; use attention={self.attention!r}", DeprecationWarning,
+                          stacklevel=3)
+            set_("dense_backend", None)
         positive_int("block_size", self.block_size)
+        set_("kernel_blocks", kernel_blocks(thaw(self.kernel_blocks)))
         set_("dtype", _float_dtype("dtype", self.dtype))
         set_("param_dtype", _float_dtype("param_dtype", self.param_dtype))
         set_("norm_eps", finite_float("norm_eps", self.norm_eps, above=0.0))
@@ -156,24 +176,38 @@ class TransformerConfig:
                                     *(self.layer_encodings or ())]):
             encs[entry] = self._build(*entry)
         object.__setattr__(self, "_encodings", encs)
-        for enc in encs.values():  # the encodings' declared capabilities, at construction
-            check_capabilities(enc, implementation=self.attention, causal=self.causal)
-        if self.attention == "pallas":
-            for enc in encs.values():
-                check_supported(enc)
-        axes = sorted({enc.position_axes for enc in encs.values()} - {1})
-        if len(axes) > 1:
+        for enc in encs.values():  # can the attention backend run every encoding?
+            backends.check(self.attention, enc, causal=self.causal)
+            if self.attention == backends.PALLAS:
+                self._check_kernel_lowers(enc)
+        axes = sorted({capabilities.position_axes(enc) for enc in encs.values()
+                       if enc.hooks})  # those that read positions (not nope)
+        if len(axes) > 1:  # e.g. ["mrope", "rope"]: rope would get mrope's [3, B, L]
             raise ValueError(f"the encodings take positions with different axes {axes}; a "
                              "model takes one positions shape")
         boolean("scan_layers", self.scan_layers)
+        check_context_mode(self.context_mode)
         check_features(self, set_)
         if self.scan_layers:
             check_scannable(self.layer_encodings)
         for i, entry in enumerate(self.layer_encodings or ()):
-            if encs[entry].has_embed:
+            if "embed" in encs[entry].hooks:
                 raise ValueError(
                     f"layer_encodings[{i}]={entry[0]!r} is additive (an embed hook); additive "
                     f"encodings act only at the input: set encoding={entry[0]!r} instead")
+
+    def _check_kernel_lowers(self, enc: Encoding) -> None:
+        """ValueError naming the shape when the kernel cannot lower for this host's GPU/TPU
+        (`kernels.unsupported_reason`; CPU interpret mode takes every shape)."""
+        platform = {"gpu": "cuda", "tpu": "tpu"}.get(jax.default_backend())
+        if platform is None:
+            return
+        reason = unsupported_reason(enc, platform=platform, head_dim=self.head_dim,
+                                    num_heads=self.num_heads, num_kv_heads=self.num_kv_heads,
+                                    causal=self.causal, dtype=self.dtype)
+        if reason is not None:
+            raise ValueError(f"attention='pallas': {reason}; use attention='auto', "
+                             "'blockwise' or 'dense'")
 
     def _freeze_layers(self, layers: Any) -> tuple | None:
         if layers is None:
@@ -197,11 +231,8 @@ class TransformerConfig:
         return tuple(out)
 
     def _build(self, name: str, kwargs: Any) -> Encoding:
-        enc = for_model(name, thaw(kwargs), embed_dim=self.embed_dim, num_heads=self.num_heads,
-                        head_dim=self.head_dim)
-        enc.check_model(embed_dim=self.embed_dim, num_heads=self.num_heads,
-                        head_dim=self.head_dim)
-        return enc
+        return for_model(name, thaw(kwargs), embed_dim=self.embed_dim, num_heads=self.num_heads,
+                         head_dim=self.head_dim)
 
     @property
     def input_encoding(self) -> Encoding:
@@ -218,9 +249,16 @@ class TransformerConfig:
     def position_axes(self) -> int:
         """Axes of the positions the model takes: 1 ([L] or [B, L]), or the A > 1 that some
         encoding declares (positions [A, B, L], e.g. multimodal RoPE's A = 3)."""
-        return max(enc.position_axes for enc in self._encodings.values())
+        return max(capabilities.position_axes(enc) for enc in self._encodings.values())
 
     @property
     def is_length_dependent(self) -> bool:
         """True when some layer's rotation depends on the sequence length (dynamic, LongRoPE)."""
-        return any(self.layer_encoding(i).is_length_dependent for i in range(self.num_layers))
+        return any(capabilities.is_length_dependent(self.layer_encoding(i))
+                   for i in range(self.num_layers))
+
+    @property
+    def max_positions(self) -> int | None:
+        """The number of positions the input encoding can encode (None: unbounded), e.g. a
+        learned table's max_len (`capabilities.MaxPositions`)."""
+        return capabilities.max_positions(self.input_encoding)

@@ -1,8 +1,8 @@
 """Dense attention with explicit probabilities, for encodings whose hooks read what the fused
-`jax.nn.dot_product_attention` keeps inside: whole rows of logits (`needs_full_rows`, CoPE)
-or the attention weights (`value_term`, Shaw et al.'s a^V).
+`jax.nn.dot_product_attention` keeps inside: whole rows of logits (a `RowBias`, CoPE)
+or the attention weights (a `ValueTerm`, Shaw et al.'s a^V).
 
-    s = q k^T * scale (masked entries -1e30);  s += bias(..., logits=s);  p = softmax(s)
+    s = q k^T * scale (masked entries -1e30);  s += row_bias(..., logits=s);  p = softmax(s)
     out = p v + value_term(p)
 
 Same contract and masks as `posenc_jax.model.attention.attend` (a row that sees no key gives
@@ -19,12 +19,13 @@ import jax
 import jax.numpy as jnp
 
 from posenc_jax.encodings.base import Encoding
+from posenc_jax.encodings.capabilities import ValueTerm
 from posenc_jax.model.scores import encoding_bias
+from posenc_jax.model.softmax_math import NEG, normalise
 
 __all__ = ["attend_explicit"]
 
 Array = jax.Array
-_NEG = -1e30  # a finite "minus infinity", as blockwise attention: sigmoid/exp of it are 0
 
 
 def attend_explicit(q: Array, k: Array, v: Array, *, encoding: Encoding, params: Any,
@@ -39,21 +40,19 @@ def attend_explicit(q: Array, k: Array, v: Array, *, encoding: Encoding, params:
                    preferred_element_type=jnp.float32).reshape(b, h, lq, lk)
     s = s * jnp.float32(scale)
     if mask is not None:
-        s = jnp.where(mask, s, jnp.float32(_NEG))
+        s = jnp.where(mask, s, jnp.float32(NEG))
     bias = encoding_bias(encoding, params, q_positions, k_positions,
                          (q * scale).astype(q.dtype), h, logits=s)
     if bias is not None:
         s = s + bias
         if mask is not None:
-            s = jnp.where(mask, s, jnp.float32(_NEG))
+            s = jnp.where(mask, s, jnp.float32(NEG))
     p = jnp.exp(s - jax.lax.stop_gradient(jnp.max(s, axis=-1, keepdims=True)))
     if mask is not None:
         p = jnp.where(mask, p, jnp.float32(0.0))
-    total = jnp.sum(p, axis=-1, keepdims=True)
-    p = p / jnp.where(total > 0, total, jnp.float32(1.0))                  # [B, H, Lq, Lk]
+    p = normalise(p, jnp.sum(p, axis=-1, keepdims=True))                  # [B, H, Lq, Lk]
     out = jnp.einsum("bkgqs,bskd->bkgqd", p.reshape(b, kh, g, lq, lk).astype(v.dtype), v,
                      preferred_element_type=jnp.float32).reshape(b, h, lq, d)
-    extra = encoding.value_term(params, p, q_positions, k_positions)
-    if extra is not None:
-        out = out + extra.astype(jnp.float32)
+    if isinstance(encoding, ValueTerm):
+        out = out + encoding.value_term(params, p, q_positions, k_positions).astype(jnp.float32)
     return jnp.transpose(out, (0, 2, 1, 3)).astype(q.dtype)               # [B, Lq, H, D]

@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from posenc_jax.checks import finite_float, integer, positive_int, token_ids
+from posenc_jax.checks import finite_float, integer, positive_int, prng_key, token_ids
 from posenc_jax.model.kv_cache import init_cache
 
 __all__ = ["generate", "sample"]
@@ -70,7 +70,8 @@ def generate(model, prompt: Array, *, max_new_tokens: int, rng: Array | None = N
       ValueError: max_new_tokens < 1, temperature < 0 or not finite, top_k outside [1, V],
         sampling (temperature > 0) without an `rng`, a prompt that is not int [B, P] with
         P >= 1, a prompt token outside [0, V), or P + N positions past an encoding's table.
-      TypeError: max_new_tokens, top_k or temperature of the wrong type.
+      TypeError: max_new_tokens, top_k or temperature of the wrong type; an rng that is
+        neither a PRNG key nor an int seed (an int is the seed of jax.random.key).
     """
     prompt = jnp.asarray(prompt)
     if prompt.ndim != 2 or prompt.shape[1] < 1 or not jnp.issubdtype(prompt.dtype, jnp.integer):
@@ -78,7 +79,7 @@ def generate(model, prompt: Array, *, max_new_tokens: int, rng: Array | None = N
                          f"and dtype {prompt.dtype}")
     token_ids("prompt", prompt, vocab_size=model.config.vocab_size)
     max_new_tokens = positive_int("max_new_tokens", max_new_tokens)
-    total, limit = prompt.shape[1] + max_new_tokens, model.config.input_encoding.max_positions
+    total, limit = prompt.shape[1] + max_new_tokens, model.config.max_positions
     if limit is not None and total > limit:
         raise ValueError(f"a prompt of {prompt.shape[1]} tokens + max_new_tokens="
                          f"{max_new_tokens} needs {total} positions, but the "
@@ -88,7 +89,7 @@ def generate(model, prompt: Array, *, max_new_tokens: int, rng: Array | None = N
         top_k = integer("top_k", top_k, minimum=1, maximum=model.config.vocab_size)
     if temperature > 0.0 and rng is None:
         raise ValueError(f"sampling with temperature={temperature} needs rng=jax.random.key(..)")
-    rng = jax.random.key(0) if rng is None else rng
+    rng = jax.random.key(0) if rng is None else prng_key("rng", rng)  # an int: a seed
     graphdef, state = nnx.split(model)
     return _generate(graphdef, state, prompt, rng, max_new_tokens=max_new_tokens,
                      temperature=float(temperature), top_k=top_k)

@@ -5,9 +5,10 @@
     logits, cache = model(next_tok, jnp.full((B, 1), P), cache=cache)      # decode one token
 
 The cache holds, per layer, keys that are ALREADY ROTATED (and values) in S slots -- or RAW
-keys when the attention rotates in-kernel (`attention.rotates_inside`: RoPE with
-attention="pallas" or "auto"; the kernel then rotates every cached key at its slot's
-position on each call, which is the same computation as the full forward) -- plus for
+keys when the rotation rule defers the rotation to attention (`rotation.rotates_inside`: a
+`KernelRotary` encoding with a backend that rotates inside; the kernel then rotates every
+cached key at its slot's position on each call, the same computation as the full
+forward) -- plus for
 every slot its token, position, segment id and whether it is filled; a write index (the
 next free slot, shared by the batch rows) and the rotation regime of each layer. New tokens
 are written at [index, index + T); attention masks use the slots' explicit positions
@@ -17,7 +18,7 @@ decode is the same computation as the full forward pass. Writing past S gives Na
 
 Length-dependent RoPE scaling (dynamic NTK, LongRoPE) -- the regime policy. The frequencies
 depend on the sequence length, read as max(all positions) + 1 over the cached and the new
-tokens. `Encoding.regime` maps that length to an id that changes exactly when the
+tokens. `LengthDependent.regime` maps that length to an id that changes exactly when the
 frequencies change. Each call computes every layer's regime for the new length:
 
 * same regimes as the cache (or an empty cache): the new q and k are rotated with that
@@ -40,14 +41,14 @@ Shapes: B batch, S cache slots (max_len), T new tokens, K kv heads, D head dim.
 
 from __future__ import annotations
 
-from typing import Any
-
 import jax
 import jax.numpy as jnp
 from flax import struct
 
-from posenc_jax.checks import positive_int
+from posenc_jax.checks import float_dtype, positive_int
 from posenc_jax.encodings.base import Encoding
+from posenc_jax.encodings.capabilities import LengthDependent
+from posenc_jax.model import rotation
 from posenc_jax.model.scores import split_positions
 
 __all__ = ["KVCache", "Memory", "init_cache", "rotate", "step"]
@@ -102,7 +103,7 @@ def init_cache(model_or_config, batch_size: int, max_len: int, dtype=None) -> KV
     cfg = getattr(model_or_config, "config", model_or_config)
     positive_int("batch_size", batch_size)
     positive_int("max_len", max_len)
-    dtype = jnp.dtype(cfg.dtype if dtype is None else dtype)
+    dtype = float_dtype("dtype", cfg.dtype if dtype is None else dtype)  # never int8/bool
     shape = (batch_size, max_len, cfg.num_kv_heads, cfg.head_dim)
     buffers = tuple(jnp.zeros(shape, dtype) for _ in range(cfg.num_layers))
     slots = jnp.zeros((batch_size, max_len), jnp.int32)
@@ -112,18 +113,15 @@ def init_cache(model_or_config, batch_size: int, max_len: int, dtype=None) -> KV
                    regime=jnp.zeros((cfg.num_layers,), jnp.int32))
 
 
-def rotate(encoding: Encoding, params: Any, q: Array, k: Array, positions: Array,
-           seq_positions: Array) -> tuple[Array, Array]:
-    """Rotates q [B, T, H, D] and k [B, T, K, D] at `positions` [B|1, T].
+#: The layer's rotation of new tokens before the cache (the rule's, `rotation.rotate_new`).
+rotate = rotation.rotate_new
 
-    A length-dependent encoding reads the length of the whole sequence, not of the new
-    tokens: `max(seq_positions) + 1`, where `seq_positions` [B|1, S] holds the filled slots'
-    positions (int32 min elsewhere).
-    """
-    if seq_positions is positions or not encoding.is_length_dependent:
-        return encoding.rotate(params, q, k, positions, positions)
-    return encoding.rotate(params, q, k, positions, positions,
-                           seq_len=jnp.max(seq_positions) + 1)
+
+def _regime(encoding: Encoding, seq_positions: Array) -> Array:
+    """The rotation regime of keys at `seq_positions` (0 unless `LengthDependent`)."""
+    if isinstance(encoding, LengthDependent):
+        return encoding.regime(seq_positions)
+    return jnp.zeros((), jnp.int32)
 
 
 def _update(buf: Array, new: Array, index: Array) -> Array:
@@ -138,6 +136,7 @@ def step(model, tokens: Array, positions: Array | None, segment_ids: Array | Non
     if cache.tokens.shape[0] != b or len(cache.k) != cfg.num_layers:
         raise ValueError(f"cache is for batch {cache.tokens.shape[0]} and {len(cache.k)} layers"
                          f"; got tokens of batch {b} for a {cfg.num_layers}-layer model")
+    check_fits(cache, cfg, t)
     s, index = cache.max_len, cache.index
     if not isinstance(index, jax.core.Tracer) and int(index) + t > s:
         raise ValueError(f"cache overflow: {int(index)} slots used + {t} new tokens > "
@@ -154,7 +153,7 @@ def step(model, tokens: Array, positions: Array | None, segment_ids: Array | Non
     new_seg = _update(cache.segment_ids, segment_ids, index)
     new_valid = _update(cache.valid, jnp.ones((b, t), bool), index)
     seq_pos = jnp.where(new_valid, new_pos, _INT_MIN)
-    regimes = jnp.stack([cfg.layer_encoding(i).regime(seq_pos) for i in range(cfg.num_layers)])
+    regimes = jnp.stack([_regime(cfg.layer_encoding(i), seq_pos) for i in range(cfg.num_layers)])
 
     def finish(logits, kv):
         new_cache = KVCache(k=tuple(k for k, _ in kv), v=tuple(v for _, v in kv),
@@ -181,3 +180,16 @@ def step(model, tokens: Array, positions: Array | None, segment_ids: Array | Non
 
     switch = jnp.logical_and(jnp.any(cache.valid), jnp.any(regimes != cache.regime))
     return jax.lax.cond(switch, rebuild, incremental, None)
+
+
+def check_fits(cache: KVCache, cfg, new_tokens: int) -> None:
+    """ValueError, also under jit (shapes are static), for a cache built for another config
+    (k/v of other kv heads or head dim) or `new_tokens` more than all its slots."""
+    held = tuple(cache.k[0].shape[2:]) if cache.k else ()
+    if cache.k and held != (cfg.num_kv_heads, cfg.head_dim):
+        raise ValueError(f"cache holds k/v of {held[0]} kv heads x head dim {held[1]}, but the "
+                         f"model has num_kv_heads={cfg.num_kv_heads} x head_dim={cfg.head_dim}: "
+                         "a cache from another config; make it with init_cache(model, ...)")
+    if new_tokens > cache.max_len:
+        raise ValueError(f"{new_tokens} new tokens do not fit a cache of max_len="
+                         f"{cache.max_len} slots (cache overflow)")

@@ -24,6 +24,7 @@ from flax import linen as nn
 from flax.core import unfreeze
 
 from posenc_jax.encodings.base import Encoding, get
+from posenc_jax.encodings.capabilities import QueryBias, RowBias
 
 __all__ = ["PositionEmbedding", "Rotary", "ScoreBias"]
 
@@ -74,21 +75,35 @@ class Rotary(nn.Module):
 
 
 class ScoreBias(nn.Module):
-    """Additive attention-score bias (`bias` hook): "alibi", "t5" or "shaw".
+    """Additive attention-score bias (`bias` hook) of any scheme that declares one: "alibi",
+    "t5", "kerple", "sandwich", "fire", "shaw", "cope", ...
 
     Returns float [B, H, Lq, Lk] ([H, Lq, Lk] for 1-D positions of a query-independent
-    scheme). For "shaw" pass q [B, Lq, H, D] already multiplied by the softmax scale.
+    scheme). A `QueryBias` scheme ("shaw") needs q [B, Lq, H, D] already multiplied by the
+    softmax scale; a `RowBias` scheme ("cope") needs q and `logits` float32 [B, H, Lq, Lk],
+    the masked scaled logits q.k * scale (masked entries very negative). Either left out is a
+    ValueError naming the argument.
     """
 
     encoding: str = "alibi"
     hyperparams: Any = None
 
     @nn.compact
-    def __call__(self, q_positions: Array, k_positions: Array, q: Array | None = None) -> Array:
+    def __call__(self, q_positions: Array, k_positions: Array, q: Array | None = None,
+                 logits: Array | None = None) -> Array:
         enc, params = _build(self, self.encoding, self.hyperparams)
-        if not enc.has_bias:
-            raise ValueError(f"encoding {self.encoding!r} has no bias hook; ScoreBias takes "
-                             "'alibi', 't5' or 'shaw'")
-        if enc.bias_needs_query:
+        if "bias" not in enc.hooks:
+            raise ValueError(f"encoding {self.encoding!r} has no bias hook; ScoreBias takes an "
+                             f"encoding that declares one (e.g. 'alibi', 't5', 'shaw', 'cope')")
+        if isinstance(enc, RowBias):
+            if q is None or logits is None:
+                raise ValueError(f"encoding {self.encoding!r} reads the query and whole rows of "
+                                 "logits: call ScoreBias(...)(q_positions, k_positions, q=q * "
+                                 "scale, logits=s)")
+            return enc.row_bias(params, q_positions, k_positions, q=q, logits=logits)
+        if isinstance(enc, QueryBias):
+            if q is None:
+                raise ValueError(f"encoding {self.encoding!r} reads the query: call "
+                                 "ScoreBias(...)(q_positions, k_positions, q=q * scale)")
             return enc.bias(params, q_positions, k_positions, q=q)
         return jnp.asarray(enc.bias(params, q_positions, k_positions))

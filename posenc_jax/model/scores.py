@@ -15,8 +15,9 @@ import jax.numpy as jnp
 
 from posenc_jax.checks import integer_array
 from posenc_jax.encodings.base import Encoding
+from posenc_jax.encodings.capabilities import QueryBias, RowBias
 
-__all__ = ["as_2d", "build_mask", "check_capabilities", "encoding_bias", "split_positions"]
+__all__ = ["as_2d", "build_mask", "encoding_bias", "split_positions"]
 
 Array = jax.Array
 
@@ -36,7 +37,7 @@ def as_2d(x, length: int, batch: int, what: str) -> Array | None:
 
 def split_positions(positions, axes: int, length: int, batch: int, *, offset=0):
     """(mask positions [B|1, L], rotary positions) for a model whose encodings take positions
-    with `axes` axes (`Encoding.position_axes`).
+    with `axes` axes (`capabilities.position_axes`).
 
     [L] or [B|1, L]: both are the given positions. [axes, B|1, L] (axes > 1, e.g. multimodal
     RoPE's temporal/height/width): the rotary positions are as given and the masks follow the
@@ -62,8 +63,8 @@ def build_mask(q_positions: Array, k_positions: Array, *, causal: bool,
                k_mask: Array | None = None, window: int | None = None) -> Array | None:
     """Boolean [B|1, 1, Lq, Lk] visibility mask (True = attend), or None when all visible.
 
-    All inputs are 2-D [B|1, L] (see `attend`). `window` W (a sliding window, None for none):
-    a key is visible only if `q_position - k_position < W`.
+    All inputs are 2-D [B|1, L] (see `attend`). `window` (None: unlimited): a key is visible
+    only when `q_position - k_position < window` (HF Mistral / Gemma sliding window).
     """
     mask = None
 
@@ -72,25 +73,13 @@ def build_mask(q_positions: Array, k_positions: Array, *, causal: bool,
 
     if causal:
         mask = k_positions[:, None, None, :] <= q_positions[:, None, :, None]
-    if window is not None:
-        mask = both(mask, q_positions[:, None, :, None] - k_positions[:, None, None, :] < window)
     if q_segment_ids is not None:
         mask = both(mask, q_segment_ids[:, None, :, None] == k_segment_ids[:, None, None, :])
     if k_mask is not None:
         mask = both(mask, k_mask.astype(bool)[:, None, None, :])
+    if window is not None:
+        mask = both(mask, q_positions[:, None, :, None] - k_positions[:, None, None, :] < window)
     return mask
-
-
-def check_capabilities(encoding: Encoding, *, implementation: str, causal: bool) -> None:
-    """ValueError when the encoding's declared capabilities exclude this attention: a bias
-    that `needs_full_rows` outside dense attention, a `causal_only` scheme without the mask."""
-    if encoding.needs_full_rows and implementation not in ("dense", "auto"):
-        raise ValueError(f"encoding {encoding.name!r} reads whole rows of attention logits "
-                         f"(needs_full_rows), which attention={implementation!r} never has; use "
-                         "attention='dense'")
-    if encoding.causal_only and not causal:
-        raise ValueError(f"encoding {encoding.name!r} is defined for causal attention only; got "
-                         "causal=False (use causal=True or another encoding)")
 
 
 def encoding_bias(encoding: Encoding, params: Any, q_positions: Array, k_positions: Array,
@@ -98,19 +87,19 @@ def encoding_bias(encoding: Encoding, params: Any, q_positions: Array, k_positio
                   ) -> Array | None:
     """The encoding's bias as float32 [B|1, H, Lq, Lk] (None without a bias hook).
 
-    `q_scaled` [B, Lq, H, D] is the query times the softmax scale (only read by schemes with
-    `bias_needs_query`); `logits` float32 [B, H, Lq, Lk], the masked q.k logits, only read by
-    schemes with `needs_full_rows` (and required for them). Raises ValueError when the bias's
-    head count is not `num_heads`.
+    `q_scaled` [B, Lq, H, D] is the query times the softmax scale (only read by `QueryBias`
+    and `RowBias` schemes); `logits` float32 [B, H, Lq, Lk], the masked q.k logits, only read
+    by a `RowBias` (and required for it). Raises ValueError when the bias's head count is not
+    `num_heads`.
     """
-    if not encoding.has_bias:
+    if "bias" not in encoding.hooks:
         return None
-    if encoding.needs_full_rows:
+    if isinstance(encoding, RowBias):
         if logits is None:
             raise ValueError(f"encoding {encoding.name!r} reads whole rows of attention logits "
-                             "(needs_full_rows); only dense attention provides them")
-        bias = encoding.bias(params, q_positions, k_positions, q=q_scaled, logits=logits)
-    elif encoding.bias_needs_query:
+                             "(a RowBias); only dense attention provides them")
+        bias = encoding.row_bias(params, q_positions, k_positions, q=q_scaled, logits=logits)
+    elif isinstance(encoding, QueryBias):
         bias = encoding.bias(params, q_positions, k_positions, q=q_scaled)
     else:
         bias = encoding.bias(params, q_positions, k_positions)

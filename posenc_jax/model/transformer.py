@@ -60,9 +60,10 @@ from flax import linen as nn
 from flax import nnx
 
 from posenc_jax.checks import token_ids
+from posenc_jax.encodings import capabilities
 from posenc_jax.encodings.base import Encoding
-from posenc_jax.model import features, kv_cache, scan
-from posenc_jax.model.attention import as_2d, attend, rotates_inside
+from posenc_jax.model import context_parallel, features, kv_cache, rotation, scan
+from posenc_jax.model.attention import as_2d, attend
 from posenc_jax.model.config import TransformerConfig
 from posenc_jax.model.generate import generate
 from posenc_jax.model.kv_cache import KVCache, init_cache
@@ -102,13 +103,15 @@ def constrain(x: Array, names: tuple) -> Array:
 def encoding_params(encoding: Encoding, key: Array, param_dtype, *, hooks: tuple[str, ...]
                     ) -> nnx.Dict:
     """The encoding's params as an `nnx.Dict` of `nnx.Param`s, sharded by the logical axes the
-    encoding declares (`param_axes`); empty unless one of `hooks` ("embed", "rotate", "bias", ...)
-    is a hook the encoding uses, so no module carries a table that it never reads."""
-    if not any(getattr(encoding, f"has_{hook}") for hook in hooks):
+    encoding declares (`capabilities.ParamAxes`); empty unless one of `hooks` ("embed",
+    "rotate", "bias") is in the encoding's declared `hooks` (every capability refines one of
+    them), so no module carries a table that it never reads."""
+    if not set(hooks) & encoding.hooks:
         return nnx.Dict({})
     out = {}
+    axes = capabilities.param_axes(encoding)
     for name, value in encoding.init(key).items():
-        names = encoding.param_axes.get(name, (None,) * jnp.ndim(value))
+        names = axes.get(name, (None,) * jnp.ndim(value))
         if len(names) != jnp.ndim(value):
             raise ValueError(f"encoding {encoding.name!r} declares param_axes[{name!r}]={names} "
                              f"for a param of shape {jnp.shape(value)}")
@@ -138,7 +141,7 @@ class Attention(nnx.Module):
         self.o_proj = _param(_normal(rngs.params(), (h, d, e), h * d),
                              ("heads", "kv", "embed"), pd)
         self.pe = encoding_params(encoding, rngs.params(), pd,
-                                  hooks=("rotate", "bias", "value_term", "block_transform"))
+                                  hooks=("rotate", "bias"))
         add_qkv_features(self, config)  # bias, QK-norm (posenc_jax.model.qkv)
 
     def __call__(self, x: Array, positions: Array, segment_ids: Array | None,
@@ -157,9 +160,11 @@ class Attention(nnx.Module):
         v = constrain(v, ("batch", "length", "kv_heads", "kv"))
         rotary = positions if rotary_positions is None else rotary_positions
         seq_positions = rotary if memory is None else memory.seq_positions
-        raw = rotates_inside(self.encoding, cfg.attention)  # the kernel rotates in-kernel
+        # A mesh splitting "length" (context parallelism): the ring / all-gather over it.
+        context = context_parallel.current_context_axis() if memory is None else None
+        raw = rotation.rotates_inside(self.encoding, cfg.attention) and context is None
         if not raw:
-            q, k = kv_cache.rotate(self.encoding, pe, q, k, rotary, seq_positions)
+            q, k = rotation.rotate_new(self.encoding, pe, q, k, rotary, seq_positions)
         if memory is None:
             k_all, v_all, new = k, v, None
             kp, ks, km = positions, segment_ids, None
@@ -168,11 +173,23 @@ class Attention(nnx.Module):
             new = (k_all, v_all)
             k_all, v_all = k_all.astype(dt), v_all.astype(dt)  # a cache may store another dtype
             kp, ks, km = memory.positions, memory.segment_ids, memory.valid
-        out = attend(q, k_all, v_all, encoding=self.encoding, params=pe, q_positions=positions,
-                     k_positions=kp, causal=cfg.causal, q_segment_ids=segment_ids,
-                     k_segment_ids=ks, k_mask=km, implementation=cfg.attention,
-                     block_q=cfg.block_size, block_k=cfg.block_size,
-                     dense_backend=cfg.dense_backend, rotated=not raw, window=self.window)
+        if context is not None and self.window is not None:
+            raise ValueError(f"context-parallel attention has no sliding window (layer window="
+                             f"{self.window}); run this model without a context axis")
+        if context is not None:
+            out = context_parallel.context_attention(
+                q, k_all, v_all, encoding=self.encoding, params=pe, q_positions=positions,
+                k_positions=kp, causal=cfg.causal, q_segment_ids=segment_ids,
+                k_segment_ids=ks, mesh=context.mesh, context_axis=context.axis,
+                batch_axes=context.batch_axes, mode=cfg.context_mode,
+                block_q=cfg.block_size, block_k=cfg.block_size)
+        else:
+            out = attend(q, k_all, v_all, encoding=self.encoding, params=pe,
+                         q_positions=positions, k_positions=kp, causal=cfg.causal,
+                         q_segment_ids=segment_ids, k_segment_ids=ks, k_mask=km,
+                         implementation=cfg.attention, block_q=cfg.block_size,
+                         block_k=cfg.block_size, rotated=not raw,
+                         kernel_blocks=cfg.kernel_blocks, window=self.window)
         out = constrain(out, ("batch", "length", "heads", "kv"))
         return jnp.einsum("bthd,hde->bte", out, self.o_proj[...].astype(dt)), new
 
@@ -231,7 +248,7 @@ class Transformer(nnx.Module):
           tokens: int [B, L].
           positions: int [B, L] or [L]; default arange(L) (with a cache: the slots after the
             cached ones, `cache.index + arange(L)`). A model whose encoding declares
-            `position_axes` A > 1 (mrope) also takes [A, B, L]; its masks then follow the
+            `MultiAxisPositions` A > 1 (mrope) also takes [A, B, L]; its masks then follow the
             token order (arange(L), or the cache slots).
           segment_ids: int [B, L] or [L]: tokens attend only within their segment (packing).
           cache: a `KVCache` from `init_cache`: prefill (L > 1) and decode (L = 1) alike.
@@ -250,7 +267,7 @@ class Transformer(nnx.Module):
             return kv_cache.step(self, tokens, positions, segment_ids, cache)
         length = tokens.shape[1]
         if positions is None:
-            max_len = self.config.input_encoding.max_positions
+            max_len = self.config.max_positions
             if max_len is not None and length > max_len:
                 raise ValueError(f"input length L={length} exceeds the {self.config.encoding} "
                                  f"encoding's max_len={max_len} positions")

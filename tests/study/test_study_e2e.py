@@ -182,6 +182,8 @@ def test_a_learned_table_shorter_than_L_is_refused(tiny, tmp_path, forbid_work):
     ("finetune.scalings", "none,magic", ValueError,
      r"unknown finetune.scaling 'magic'; valid: 'none', 'linear'"),
     ("finetune.length", "L", ValueError, r"config.finetune.length='L' = 24 must exceed L=24"),
+    ("finetune.length", "0L", ValueError,   # issue 26: it said "eval length '0L'"
+     r"^config.finetune.length '0L' must be a positive number of tokens, got 0$"),
     ("passkey.min_len", 5, ValueError, r"config.passkey.min_len must be >= 20, got .*=5"),
     ("passkey.lengths", "L/2,L", ValueError,
      r"config.passkey.lengths has 12 < config.passkey.min_len=20"),

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from train import xla_flags
+from train import cli, xla_flags
 from train.study import runner
 
 config_flags.DEFINE_config_file("config", None, "a study config (configs/study.py)",
@@ -27,4 +27,4 @@ def main(argv: Sequence[str]) -> None:
 
 if __name__ == "__main__":
     xla_flags.apply_cpu_defaults()  # before JAX starts its backend; never over XLA_FLAGS
-    app.run(main)
+    app.run(main, flags_parser=cli.parse_flags)  # an unknown key: one line, no traceback

@@ -31,6 +31,7 @@ import os
 import time
 from typing import Any
 
+from posenc_jax.model import backends
 from posenc_jax.model.config import thaw
 from train import checkpoint, data, evaluation, finetune, passkey_eval, sharding, trainer
 from train.datasets import passkey
@@ -63,7 +64,8 @@ def eval_rows(batch_tokens: int, eval_len: int, shards: int) -> int:
 
 def eval_bytes(mc, *, batch: int, length: int, attention: str, block: int) -> float:
     """Rough peak bytes of one eval forward pass (float32 activations)."""
-    keys = length if attention == "dense" else min(block, length)
+    materialised = attention != backends.AUTO and backends.get(attention).materialises_scores
+    keys = length if materialised else min(block, length)
     scores = 3.0 * batch * mc.num_heads * length * keys * 4
     acts = 4.0 * batch * length * (max(mc.mlp_dim, mc.embed_dim) * 2 + mc.vocab_size * 2)
     return scores + acts
@@ -92,10 +94,14 @@ def _check_memory(plan: Plan, shards: int) -> None:
             rows = eval_rows(int(config.eval_batch_tokens), n, shards)
             need = eval_bytes(mc, batch=rows, length=n, attention=attention, block=block)
             if need > limit:
+                fixes = ("lower eval_batch_tokens or eval_block_size, or drop the length"
+                         if attention == backends.BLOCKWISE else  # never what it already is
+                         f"use eval_attention={backends.BLOCKWISE!r}, lower eval_batch_tokens, "
+                         "or drop the length")
                 raise ValueError(
                     f"eval length {n} with {attention} attention needs about {need / 2**30:.1f} "
                     f"GiB (batch {rows}) > config.max_eval_memory_gb={config.max_eval_memory_gb};"
-                    " use eval_attention='blockwise', lower eval_batch_tokens, or drop the length")
+                    f" {fixes}")
 
 
 def prepare(plan: Plan, runtime: Runtime) -> Context:

@@ -66,14 +66,16 @@ def settings(config, *, train_len: int, parse_names, length) -> Settings:
     pk = config.get("passkey") or ml_collections.ConfigDict()
     ft_scalings = parse_names(ft.get("scalings", ""), what="finetune.scalings",
                               valid=(NO_SCALING, *scalings.methods()))
-    ft_len = length(ft.get("length", "4L"), train_len=train_len)
+    ft_len = length(ft.get("length", "4L"), train_len=train_len, what="config.finetune.length",
+                    where="")
     fraction = checks.finite_float("config.finetune.fraction", ft.get("fraction", 0.1),
                                    above=0.0, maximum=10.0)
     if ft_scalings and ft_len <= train_len:
         raise ValueError(f"config.finetune.length={ft.get('length')!r} = {ft_len} must exceed "
                          f"L={train_len}")
     enabled = checks.boolean("config.passkey.enabled", pk.get("enabled", False))
-    lengths = tuple(sorted({length(x, train_len=train_len) for x in
+    lengths = tuple(sorted({length(x, train_len=train_len, what="passkey length",
+                                   where=" in config.passkey.lengths") for x in
                             str(pk.get("lengths", "L")).split(",") if x.strip()}))
     min_len = checks.integer("config.passkey.min_len", pk.get("min_len", 20),
                              minimum=2 * PASSKEY_DIGITS + 10)

@@ -20,7 +20,10 @@ Faults: SIGTERM to the parent is passed to every worker, whose training saves a 
 (as in one process); the parent then exits 0 and a rerun resumes. Ctrl-C does the same, then
 raises KeyboardInterrupt. A worker ended by SIGTERM outside a training (SIGTERM to the whole
 process group while it evaluates) is a stop too, not a fault. A parent killed outright
-(SIGKILL) leaves no orphan: each worker sends itself SIGTERM when its parent dies. A worker's
+(SIGKILL) leaves no orphan: each worker sends itself SIGTERM when its parent dies (a training
+saves its checkpoint), takes no further job or model, and ends itself `ORPHAN_GRACE_S` later
+whatever it is doing (a SIGTERM that a training's handler absorbed after its last step check
+once left a worker waiting on its own inbox for good). A worker's
 exception, or a worker that dies (out of memory), stops the others the same way and is raised
 here as RuntimeError naming the model, with the worker's traceback.
 """
@@ -33,6 +36,7 @@ import os
 import queue
 import signal
 import threading
+import time
 import traceback
 from collections.abc import Callable, Sequence
 
@@ -46,6 +50,8 @@ POLL_S = 0.5       # how often the parent checks that its busy workers are alive
 JOIN_S = 120.0     # how long a stopping worker may take to save its checkpoint
 SPEEDUP_PER_WORKER = 0.74   # measured: see `speedup`
 AUTO_MAX = 8       # config.workers=0 on a many-core CPU: at most this many processes
+ORPHAN_GRACE_S = 10.0   # a worker whose parent died ends itself this long after its SIGTERM
+EXIT_ORPHANED = 75      # its exit status then (EX_TEMPFAIL: rerun the study to resume)
 
 
 def resolve_workers(value, *, backend: str, cores: int) -> int:
@@ -102,25 +108,53 @@ def next_model(pending: Sequence[str], *, ready: Callable[[str], bool],
     return max(candidates, key=lambda m: cost[m]) if candidates else None
 
 
-def _exit_with_parent() -> None:
-    """SIGTERM to this process when its parent dies without stopping it (SIGKILL, out of
-    memory): a training saves its checkpoint and exits, an idle worker exits; none is left
-    orphaned, waiting for a model forever or training beside a rerun."""
+def _exit_with_parent(gone: threading.Event, *, grace_s: float = ORPHAN_GRACE_S) -> None:
+    """When this process's parent dies without stopping it (SIGKILL, out of memory): sets
+    `gone`, sends this process SIGTERM (a training saves its checkpoint and exits, an idle
+    worker exits), and `grace_s` later ends the process outright, whatever caught the SIGTERM:
+    none is left orphaned, waiting for a model forever or training beside a rerun."""
     parent = multiprocessing.parent_process()
     if parent is None:
         return
 
     def watch() -> None:
         multiprocessing.connection.wait([parent.sentinel])
+        gone.set()
         os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(grace_s)
+        os._exit(EXIT_ORPHANED)  # a handler absorbed the SIGTERM: nobody is left to serve
 
     threading.Thread(target=watch, name="study-parent-watch", daemon=True).start()
+
+
+def _next_model(inbox, gone: threading.Event) -> str | None:
+    """The next model from `inbox`, None to stop: sent by the parent, or the parent is gone
+    (the worker holds the inbox's write end too, so a dead parent never closes it)."""
+    while not gone.is_set():
+        try:
+            return inbox.get(timeout=POLL_S)
+        except queue.Empty:
+            continue
+    return None
+
+
+def serve(inbox, outbox, run_job: Callable, jobs_for: Callable, gone: threading.Event) -> None:
+    """The worker's loop: for each model from `inbox`, `run_job` on each of `jobs_for(model)`,
+    a ("job", job, text) message per job and ("model", model, "") at the end; returns at None
+    or once the parent is gone (raising SystemExit if a job had started by then)."""
+    while (model := _next_model(inbox, gone)) is not None:
+        for job in jobs_for(model):
+            if gone.is_set():
+                raise SystemExit(0)
+            outbox.put(("job", *run_job(job)))
+        outbox.put(("model", model, ""))
 
 
 def _worker(config, workdir: str, cores: list[int], inbox, outbox) -> None:
     """A worker's life: pin, rebuild the plan, run the models it is sent until None."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)   # Ctrl-C is the parent's to handle
-    _exit_with_parent()
+    gone = threading.Event()
+    _exit_with_parent(gone)
     if cores:
         os.sched_setaffinity(0, cores)
     model = None
@@ -128,13 +162,16 @@ def _worker(config, workdir: str, cores: list[int], inbox, outbox) -> None:
         plan = make_plan(config, workdir)
         ctx = execute.prepare(plan, Runtime())
         index = {job: i for i, job in enumerate(plan.jobs)}
-        while (model := inbox.get()) is not None:
-            for job in plan.jobs_for(model):
-                result = execute.DONE[job.kind](ctx, job)
-                if result is None:
-                    result = execute.RUNNERS[job.kind](ctx, job)
-                outbox.put(("job", index[job], report.describe(job, result)))
-            outbox.put(("model", model, ""))
+
+        def run_job(job):
+            nonlocal model
+            model = job.model
+            result = execute.DONE[job.kind](ctx, job)
+            if result is None:
+                result = execute.RUNNERS[job.kind](ctx, job)
+            return index[job], report.describe(job, result)
+
+        serve(inbox, outbox, run_job, plan.jobs_for, gone)
     except SystemExit:   # a training saved its checkpoint on SIGTERM
         outbox.put(("stopped", model, ""))
     except BaseException:  # noqa: BLE001 -- reported to the parent, which raises it

@@ -25,8 +25,8 @@ import ml_collections
 
 import posenc_jax
 from posenc_jax import checks
+from posenc_jax.model import backends
 from posenc_jax.model.config import TransformerConfig, freeze
-from posenc_jax.model.scores import check_capabilities
 from train import state
 from train.study import extension, scalings
 from train.study.jobs import (
@@ -40,7 +40,9 @@ from train.study.jobs import (
     train_fingerprint,
 )
 
-EVAL_ATTENTION = ("", "dense", "blockwise")
+#: What `config.eval_attention` may name: "" (as trained) or a backend that lowers everywhere.
+EVAL_ATTENTION = ("", *(n for n in backends.names()
+                        if set(backends.PLATFORMS) <= backends.get(n).platforms))
 @dataclasses.dataclass(frozen=True)
 class Plan:
     """What a study config asks for: the models, their configs and the jobs, nothing run."""
@@ -89,23 +91,25 @@ def parse_names(value: Any, *, what: str, valid) -> tuple[str, ...]:
     return tuple(names)
 
 
-def length(raw: Any, *, train_len: int) -> int:
-    """One length expression ('L/2', '4L', '2*L', '100') -> a positive int (L = train_len)."""
+def length(raw: Any, *, train_len: int, what: str = "eval length",
+           where: str = " in config.eval_lengths") -> int:
+    """One length expression ('L/2', '4L', '2*L', '100') -> a positive int (L = train_len);
+    errors say `what` it is and `where` it came from (the finetune's length is no eval length)."""
     text = str(raw).strip().replace(" ", "")
     m = re.fullmatch(r"(\d+)?\*?L(?:/(\d+))?", text)
     if m:
         mult, div = int(m.group(1) or 1), int(m.group(2) or 1)
         if div == 0 or (mult * train_len) % div:
-            raise ValueError(f"eval length {text!r} is not a whole number of tokens for "
+            raise ValueError(f"{what} {text!r} is not a whole number of tokens for "
                              f"L={train_len}")
         value = mult * train_len // div
     elif re.fullmatch(r"\d+", text):
         value = int(text)
     else:
-        raise ValueError(f"eval length {raw!r} in config.eval_lengths must be a positive int "
+        raise ValueError(f"{what} {raw!r}{where} must be a positive int "
                          "or a multiple of L such as 'L/2', 'L', '4L'")
     if value < 1:
-        raise ValueError(f"eval length {raw!r} must be a positive number of tokens, got {value}")
+        raise ValueError(f"{what} {raw!r} must be a positive number of tokens, got {value}")
     return value
 
 
@@ -175,13 +179,12 @@ def _train_job(model: str, cfg, mc: TransformerConfig) -> TrainJob:
 
 def eval_attention(config, model_config: TransformerConfig) -> str:
     """The attention a model is evaluated with: `config.eval_attention` where every encoding
-    of the model can run it (`check_capabilities`), else the attention it was trained with
-    (CoPE reads whole rows of logits, so it is scored with dense attention)."""
+    of the model can run it (the backend registry's `supports`), else the attention it was
+    trained with (CoPE reads whole rows of logits, so it is scored with dense attention)."""
     attention = config.get("eval_attention") or model_config.attention
     try:
         for i in range(model_config.num_layers):
-            check_capabilities(model_config.layer_encoding(i), implementation=attention,
-                               causal=model_config.causal)
+            backends.check(attention, model_config.layer_encoding(i), causal=model_config.causal)
     except ValueError:
         return model_config.attention
     return attention
@@ -219,7 +222,7 @@ def eval_jobs(config, model: str, cfg, mc: TransformerConfig, *, train_fp: str, 
     """Every evaluation of one model: plain at each length, then each scaling past L (the
     pretraining length `train_len`). A fine-tuned model (`tuned` = (scaling, steps, length))
     is evaluated only as it was tuned."""
-    max_pos = mc.input_encoding.max_positions
+    max_pos = mc.max_positions
     scaling, steps, ft_len = tuned or (NO_SCALING, 0, 0)
     common = {"model": model, "encoding": cfg.model.encoding, "seed": seed,
               "finetune_steps": steps, "finetune_len": ft_len, **scoring.extra}
@@ -299,7 +302,7 @@ def make_plan(config, workdir: str) -> Plan:
         for enc in encodings:
             cfg = train_config(config, enc, train_len, seed=seed)
             mc = state.transformer_config(cfg.model)
-            max_pos = mc.input_encoding.max_positions
+            max_pos = mc.max_positions
             if max_pos is not None and max_pos < train_len:
                 raise ValueError(f"encoding {enc!r} has max_len={max_pos} < the training "
                                  f"length L={train_len}: it cannot be trained at L")

@@ -24,7 +24,7 @@ def methods() -> tuple[str, ...]:
 def takes_scaling(encoding) -> bool:
     """True for an encoding that rotates and takes a `scaling` dict (with a `rotary_dim`)."""
     fields = {f.name for f in dataclasses.fields(encoding)}
-    return encoding.has_rotate and {"scaling", "rotary_dim"} <= fields
+    return "rotate" in encoding.hooks and {"scaling", "rotary_dim"} <= fields
 
 
 def refusal(model: Any, kwargs: Mapping[str, Any], *, rotary_dim: int) -> str:

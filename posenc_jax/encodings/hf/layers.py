@@ -17,12 +17,14 @@ from typing import Any
 
 from posenc_jax.checks import json_count
 from posenc_jax.encodings.hf.read import layer_types, read_layer, resolve
+from posenc_jax.encodings.hf.rotate import check_layer
 
 __all__ = ["layer_encodings_from_hf", "transformer_config_kwargs"]
 
 
 def _entry(config: Mapping[str, Any], layer_type: str | None) -> tuple[str, dict, int]:
     layer = read_layer(config, layer_type)
+    check_layer(config, layer)  # never a model that rotate_like_hf refuses
     if layer.pass_dim or layer.deinterleave:
         raise ValueError(f"model_type={layer.model_type!r} (MLA: q/k head dim "
                          f"{layer.q_head_dim} with a {layer.pass_dim}-dim pass-through part) has "

@@ -35,6 +35,7 @@ __all__ = ["LayerRope", "layer_types", "read_layer", "resolve", "text_config"]
 _DEFAULT_THETA = 10000.0
 _GEMMA3_THETA = {"full_attention": 1_000_000.0, "sliding_attention": 10_000.0}
 _MROPE_KEYS = ("mrope_section", "mrope_interleaved")
+_PER_LAYER_TYPES = ("full_attention", "sliding_attention")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -109,6 +110,14 @@ def layer_types(flat: Mapping[str, Any], family: Family | None) -> list[str] | N
     if isinstance(types, str) or not isinstance(types, Sequence) or not all(
             isinstance(t, str) for t in types):
         raise TypeError(f"layer_types must be a list of str, got layer_types={types!r}")
+    nested = _nested(flat.get("rope_parameters"))
+    known = nested or (_PER_LAYER_TYPES if per_layer else ())
+    unknown = sorted({t for t in types if t not in known})
+    if unknown:  # transformers fails too (its rope dict has no entry for that type)
+        where = ("rope_parameters' keys" if nested else
+                 f"the layer types of {family.per_layer} models")
+        raise ValueError(f"layer_types has {unknown} (at layer {types.index(unknown[0])}), not "
+                         f"one of {where} {sorted(known)}")
     num_layers = flat.get("num_hidden_layers")
     if num_layers is not None and len(types) != json_count("num_hidden_layers", num_layers):
         raise ValueError(f"layer_types has {len(types)} entries but num_hidden_layers="
@@ -140,6 +149,9 @@ def _layer_dict(flat: dict, family: Family | None, layer_type: str | None) -> di
     if nested and not _nested(nested):
         raise ValueError(f"rope_parameters must be keyed by layer type {sorted(set(types))} "
                          f"for this model, got keys {sorted(nested)}")
+    if nested and layer_type not in nested:  # transformers: a KeyError, not a default RoPE
+        raise ValueError(f"rope_parameters is keyed by layer type {sorted(nested)} but has no "
+                         f"entry for layer_type={layer_type!r}, which layer_types uses")
     raw = dict(nested.get(layer_type) or {"rope_type": "default"})
     if family is not None and family.per_layer == "gemma3":
         if layer_type == "full_attention" and flat.get("rope_scaling"):

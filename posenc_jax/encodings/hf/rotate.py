@@ -24,7 +24,7 @@ from posenc_jax.encodings import mrope as _mrope  # noqa: F401  (registers "mrop
 from posenc_jax.encodings.base import get
 from posenc_jax.encodings.hf.read import LayerRope, read_layer, text_config
 
-__all__ = ["encoding_for_layer", "rotate_like_hf"]
+__all__ = ["check_layer", "encoding_for_layer", "rotate_like_hf"]
 
 Array = jax.Array
 
@@ -56,6 +56,14 @@ def _check(layer: LayerRope, q, k, position_ids, layer_type) -> Array:
             1, q.shape[0]):
         raise ValueError(f"position_ids must be [B, L] = [{q.shape[0]}, {q.shape[1]}] (or "
                          f"[3, B, L] for multimodal RoPE) to match q, got shape {pos.shape}")
+    return pos
+
+
+def check_layer(config: Mapping[str, Any], layer: LayerRope) -> None:
+    """ValueError for a layer transformers cannot rotate or posenc_jax cannot mirror: a
+    partial rotary dim on a model that applies cos/sin over the whole head dim (llama + linear
+    with partial_rotary_factor), MLA keys without deepseek_v3's model_type. `rotate_like_hf`
+    and `transformer_config_kwargs` both ask it, so neither builds what the other refuses."""
     if layer.full_apply and layer.kwargs["rotary_dim"] != layer.kwargs["head_dim"]:
         raise ValueError(
             f"model_type={layer.model_type!r} applies cos/sin over the whole head dim "
@@ -63,7 +71,11 @@ def _check(layer: LayerRope, q, k, position_ids, layer_type) -> Array:
             f"{layer.kwargs['rotary_dim']} (transformers fails on this config); remove "
             "partial_rotary_factor or use a model_type that rotates a fraction (phi3, "
             "gpt_neox, stablelm)")
-    return pos
+    nope = text_config(config)[0].get("qk_nope_head_dim")
+    if nope and not layer.pass_dim:
+        raise ValueError(f"model_type={layer.model_type!r} has MLA keys (qk_nope_head_dim="
+                         f"{nope}); rotate_like_hf mirrors deepseek_v3's MLA layout only: add "
+                         "\"model_type\": \"deepseek_v3\" if the model uses it")
 
 
 def rotate_like_hf(config: Mapping[str, Any], q, k, position_ids, *,
@@ -94,11 +106,7 @@ def rotate_like_hf(config: Mapping[str, Any], q, k, position_ids, *,
         from q's; a partial rotary factor on a model that rotates the whole head dim.
     """
     enc, layer = encoding_for_layer(config, layer_type)
-    nope = text_config(config)[0].get("qk_nope_head_dim")
-    if nope and not layer.pass_dim:
-        raise ValueError(f"model_type={layer.model_type!r} has MLA keys (qk_nope_head_dim="
-                         f"{nope}); rotate_like_hf mirrors deepseek_v3's MLA layout only: add "
-                         "\"model_type\": \"deepseek_v3\" if the model uses it")
+    check_layer(config, layer)
     q, k = jnp.asarray(q), jnp.asarray(k)
     pos = _check(layer, q, k, position_ids, layer_type)
     seq_len = jnp.max(pos) + 1 if enc.is_length_dependent else None

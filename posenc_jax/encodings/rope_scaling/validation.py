@@ -84,12 +84,26 @@ def _common(scaling: Mapping[str, Any], out: dict[str, Any]) -> None:
 def _inferred(record: Method, scaling: Mapping[str, Any], max_len: int | None) -> dict:
     """The original length and factor that Hugging Face infers when they are missing."""
     raw = {k: scaling.get(k) for k in record.keys}
+    original_given = raw.get(ORIGINAL) is not None
     if ORIGINAL in raw and raw[ORIGINAL] is None and record.original_from_max:
         raw[ORIGINAL] = max_len
     if (raw.get("factor") is None and record.factor_from_ratio and raw.get(ORIGINAL) is not None
             and max_len is not None):
-        raw["factor"] = json_count("max_position_embeddings", max_len) / json_count(ORIGINAL,
-                                                                              raw[ORIGINAL])
+        longest = json_count("max_position_embeddings", max_len)
+        original = json_count(ORIGINAL, raw[ORIGINAL])
+        said = (f"no factor given, so factor = max_position_embeddings / {ORIGINAL} = "
+                f"{longest} / {original}")
+        # both lengths max_position_embeddings: factor 1 (YaRN: plain RoPE; LongRoPE's factor
+        # lists still scale, so a factor of 1 there is a real setting)
+        if not original_given and "long_factor" not in record.keys:
+            raise ValueError(f"rope_type={record.name!r}: {said} (no {ORIGINAL} either, so it is "
+                             "max_position_embeddings too) = 1, which scales nothing; give "
+                             f"factor or {ORIGINAL}")
+        if longest < original:
+            raise ValueError(f"rope_type={record.name!r}: {said} = {longest / original:g} < 1 "
+                             f"(a shorter context than the original); give factor >= 1 or fix "
+                             "the lengths")
+        raw["factor"] = longest / original
     return raw
 
 

@@ -25,26 +25,53 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from posenc_jax.checks import integer_array
+from posenc_jax.checks import integer_array, positive_int
 from posenc_jax.encodings.base import Encoding, KernelRotation
-from posenc_jax.model.kernels.common import Static
+from posenc_jax.encodings.capabilities import BlockTransform, ElementwiseBias, ValueTerm
+from posenc_jax.model.kernels.blocks import kernel_blocks
+from posenc_jax.model.kernels.static import Static
 from posenc_jax.model.kernels.vjp import core, padded_length
+from posenc_jax.model.scores import encoding_bias
 
-__all__ = ["check_supported", "flash_attention"]
+__all__ = ["check_heads", "check_supported", "flash_attention", "int32_positions"]
 
 
 def check_supported(encoding: Encoding) -> None:
     """ValueError unless the kernel can compute this encoding's bias in-kernel (and the
     encoding declares no hook the kernel lacks: a value term or a block transform)."""
-    if encoding.has_value_term or encoding.has_block_transform:
-        raise ValueError(
+    if isinstance(encoding, (ValueTerm, BlockTransform)):
+        raise ValueError(  # noqa: TRY004  (a capability the kernel lacks, not a wrong type)
             f"encoding {encoding.name!r} declares a value_term or a block_transform, which the "
             "Pallas kernel does not apply; use attention='blockwise' or 'dense'")
-    if encoding.has_bias and not encoding.has_elementwise_bias:
+    if "bias" in encoding.hooks and not isinstance(encoding, ElementwiseBias):
         raise ValueError(
             f"encoding {encoding.name!r} has a score bias that is not an elementwise function "
             "of (query position, key position, head), so the Pallas kernel cannot compute it "
             "in-kernel; use attention='blockwise' or 'dense'")
+
+
+def check_heads(encoding: Encoding, params: Any, num_heads: int) -> None:
+    """ValueError unless the encoding's bias has `num_heads` heads -- the check dense and
+    blockwise attention make (`scores.encoding_bias`), on abstract 1 x 1 positions."""
+    pos = jax.ShapeDtypeStruct((1, 1), jnp.int32)
+    jax.eval_shape(lambda p, qp, kp: encoding_bias(encoding, p, qp, kp, None, num_heads),
+                   params, pos, pos)
+
+
+def int32_positions(q_positions, k_positions):
+    """The positions as the kernel's int32. 64-bit positions (under `jax_enable_x64`) that
+    leave the int32 range are first rebased per batch row by the row's smallest position
+    (q and k together): q - k is then exact, as in dense attention, where a cast would wrap."""
+    qp, kp = jnp.asarray(q_positions), jnp.asarray(k_positions)
+    if qp.dtype.itemsize <= 4 and kp.dtype.itemsize <= 4:
+        return qp.astype(jnp.int32), kp.astype(jnp.int32)
+    lo, hi = np.iinfo(np.int32).min, np.iinfo(np.int32).max
+    qp, kp = qp.astype(jnp.int64), kp.astype(jnp.int64)
+    row_min = jnp.minimum(jnp.min(qp, axis=1, keepdims=True), jnp.min(kp, axis=1, keepdims=True))
+    row_max = jnp.maximum(jnp.max(qp, axis=1, keepdims=True), jnp.max(kp, axis=1, keepdims=True))
+    outside = jnp.any((row_min < lo) | (row_max > hi))
+    base = jnp.where(outside, row_min, 0)
+    return (qp - base).astype(jnp.int32), (kp - base).astype(jnp.int32)
 
 
 def _pad(x, axis: int, size: int, value=0):
@@ -66,7 +93,9 @@ def _feature_order(d: int, r: int, layout: str) -> np.ndarray | None:
 def flash_attention(q, k, v, *, encoding: Encoding, params: Any, q_positions, k_positions,
                     causal: bool, q_segment_ids=None, k_segment_ids=None, k_mask=None,
                     rotation: KernelRotation | None = None, block_q: int = 32,
-                    block_k: int = 32, cpu_kernel: str = "gpu") -> jax.Array:
+                    block_k: int = 32, cpu_kernel: str = "gpu",
+                    blocks: Any = None, interpret: Any = None,
+                    window: int | None = None) -> jax.Array:
     """Flash attention with the encoding's positions applied in-kernel.
 
     Args:
@@ -76,17 +105,31 @@ def flash_attention(q, k, v, *, encoding: Encoding, params: Any, q_positions, k_
         [B|1, Lk] (validated by `attend`); segment ids both or neither.
       rotation: the encoding's `kernel_rotation` (None: no in-kernel rotation).
       block_q, block_k: blocks of CPU interpret mode (powers of two; GPU and TPU use
-        their own, see `vjp.GPU_BLOCKS` / `TPU_BLOCKS`).
+        `blocks`).
       cpu_kernel: "gpu" or "tpu": which kernel structure interpret mode runs on CPU.
+      blocks: the GPU / TPU block sizes per pass (`blocks.kernel_blocks` takes None -- the
+        defaults by head dim --, a dict keyed by "gpu" / "tpu", or a `KernelBlocks`).
+      interpret: what CPU interpret mode passes as `pallas_call(interpret=...)` (None:
+        True), e.g. `pltpu.InterpretParams(out_of_bounds_reads="raise")`, the bounds checker.
+      window: sliding-window attention: a key at kp is visible to a query at qp only if
+        qp - kp < window (with the causal rule, segments and the key mask); None: no limit.
+        Key blocks wholly outside every query's window are skipped (never loaded).
 
     Returns:
       [B, Lq, H, D] in q.dtype.
     """
     check_supported(encoding)
+    if window is not None:
+        positive_int("window", window)
     integer_array("q_positions", q_positions)  # positions index blocks and tables here
     integer_array("k_positions", k_positions)
     b, lq, h, d = q.shape
     lk, kh = k.shape[1], k.shape[2]
+    if isinstance(encoding, ElementwiseBias):
+        check_heads(encoding, params, h)
+    if b == 0 or lq == 0 or lk == 0:  # as dense: no rows, or rows that see no key -> zeros
+        return jnp.zeros(q.shape, q.dtype)
+    q_positions, k_positions = int32_positions(q_positions, k_positions)
     r = 0 if rotation is None else int(jnp.shape(rotation.inv_freq)[0])
     order = _feature_order(d, r, None if rotation is None else rotation.layout)
     if order is not None:
@@ -113,11 +156,13 @@ def flash_attention(q, k, v, *, encoding: Encoding, params: Any, q_positions, k_
         inv = jnp.asarray(rotation.inv_freq, jnp.float32)
         factor = jnp.asarray(rotation.attention_factor, jnp.float32)
         aux["rot"] = jnp.stack([inv, jnp.broadcast_to(factor, inv.shape)])   # [2, R]
-    leaves, tree = jax.tree.flatten(params if encoding.has_elementwise_bias else {})
+    leaves, tree = jax.tree.flatten(params if isinstance(encoding, ElementwiseBias) else {})
     st = Static(causal=bool(causal), segments=segments, scale=1.0 / math.sqrt(d),
                 num_heads=h, groups=h // kh, head_dim=d, rotary=r,
-                encoding=encoding if encoding.has_elementwise_bias else None,
+                encoding=encoding if isinstance(encoding, ElementwiseBias) else None,
                 param_tree=tree, block_q=min(block_q, padded_length(lq)[1]),
-                block_k=min(block_k, padded_length(lk)[1]), cpu_kernel=cpu_kernel)
+                block_k=min(block_k, padded_length(lk)[1]), cpu_kernel=cpu_kernel,
+                blocks=kernel_blocks(blocks), interpret=interpret,
+                window=None if window is None else int(window))
     out = core(st, qt, kt, vt, aux, [jnp.asarray(x) for x in leaves])
     return jnp.transpose(out[:, :, :lq], (0, 2, 1, 3))           # v's features: no undo

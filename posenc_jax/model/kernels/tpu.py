@@ -1,6 +1,8 @@
 """Flash attention kernels in the TPU structure (Mosaic): the loop over the other sequence is
 the LAST GRID AXIS ("arbitrary"), its state in VMEM scratch, so Pallas's pipeline streams
 one key (or query) block at a time through VMEM -- memory on chip is O(block), whatever L.
+The block math is `block_math.py` (shared with `gpu.py`); this file holds what is the TPU's
+own: the grids, block specs, memory spaces and Mosaic's parameters.
 
   fwd  grid (B, H, nq, nk): scratch m, l [bq, 1], acc [bq, D]; out and lse at the last j.
   dq   grid (B, H, nq, nk): scratch dq pieces; params' gradient accumulated in the output
@@ -8,8 +10,7 @@ one key (or query) block at a time through VMEM -- memory on chip is O(block), w
   dkv  grid (B, K, nk, G * nq): scratch dk pieces, dv; q/do blocks of head kh * G + t // nq.
 Block visibility: each program gets its row of `vis` [B, nq, nk] in SMEM (the [nk] row of
 its query block; for dkv the [nq] column of its key block), so SMEM holds O(L / block)
-words; an invisible block is skipped with `pl.when`. The block math is `common.py`, the
-same as the GPU kernels'.
+words; an invisible block is skipped with `pl.when`.
 
 Layout as in `gpu.py`; key blocks are lane-dense ([1, bk] positions, bk a multiple of 128
 or the whole padded length).
@@ -17,19 +18,20 @@ or the whole padded length).
 
 from __future__ import annotations
 
-import functools
-
 import jax
 import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
-from posenc_jax.model.kernels import common as c
-from posenc_jax.model.kernels.common import leaf_map as _leaf_map
+from posenc_jax.model.kernels import block_math as bm
+from posenc_jax.model.kernels.refs import Refs, call, param_grad_outputs
 
 __all__ = ["backward", "forward"]
 
 F32 = jnp.float32
+_ALL = slice(None)
+_SEMANTICS = pltpu.CompilerParams(
+    dimension_semantics=("parallel", "parallel", "parallel", "arbitrary"))
 
 
 def _div(a, n: int):  # lax, not //: jnp's floor division lowers via sign (needs a TPU)
@@ -40,117 +42,107 @@ def _rem(a, n: int):
     return jax.lax.rem(a, jnp.int32(n))
 
 
-def _block(r, st, params, head):
-    """Rotated q, k pieces, masked logits s and keep for the current (q block, k block)."""
-    q_pos, k_pos = r["qpos"][...], r["kpos"][...]
-    cs_q = c.rotation(r["rot"], q_pos) if st.rotary else None
-    cs_k = c.rotation(r["rot"], jnp.transpose(k_pos)) if st.rotary else None
-    qs = c.load_pieces(r["q"], (slice(None),), st, cs_q)
-    ks = c.load_pieces(r["k"], (slice(None),), st, cs_k)
-    s = c.scores(qs, ks, st)
-    b = c.bias(st, params, q_pos, k_pos, head)
-    s = s if b is None else s + b
-    keep = c.keep_mask(st, q_pos, k_pos, r["kvalid"][...],
-                       r["qseg"][...] if st.segments else None,
-                       r["kseg"][...] if st.segments else None)
-    return qs, ks, keep, jnp.where(keep, s, F32(c.NEG)), cs_q, cs_k
+def _blocks(r, st):
+    """The current (query block, key block) as loaded and rotated."""
+    return (bm.load_queries(r, st, (_ALL,), _ALL), bm.load_keys(r, st, (_ALL,), _ALL))
 
 
-def _params(r, names, st):
-    return c.load_params([r[n] for n in names if n.startswith("p")], st)
+def _read(refs):
+    return tuple(a[...] for a in refs)
 
 
-def _fwd_kernel(*refs, st, names):
-    r = dict(zip(names, refs))
+def _write(refs, values):
+    for a, x in zip(refs, values):
+        a[...] = x
+
+
+def _fwd_kernel(*refs, layout, st, shapes):
+    r = Refs(layout, refs)
     h, j = pl.program_id(1), pl.program_id(3)
-    m_ref, l_ref, acc_ref = refs[len(names):]
+
+    m_ref, l_ref, *acc_refs = r.scratch
+
+    def read():
+        return m_ref[...], l_ref[...], _read(acc_refs)
+
+    def write(carry):
+        m, l, acc = carry
+        _write([m_ref, l_ref, *acc_refs], [m, l, *acc])
 
     @pl.when(j == 0)
     def _():
-        m_ref[...] = jnp.full(m_ref.shape, c.NEG, F32)
-        l_ref[...] = jnp.zeros(l_ref.shape, F32)
-        acc_ref[...] = jnp.zeros(acc_ref.shape, F32)
+        write(bm.fwd_init(st, m_ref.shape[0]))
 
     @pl.when(r["vis"][0, j] != 0)
     def _():
-        _, _, keep, s, _, _ = _block(r, st, _params(r, names, st), h)
-        m = m_ref[...]
-        m_new = jnp.maximum(m, jnp.max(s, axis=1, keepdims=True))
-        p = jnp.where(keep, jnp.exp(s - m_new), F32(0.0))
-        alpha = jnp.exp(m - m_new)
-        v = r["v"][...]
-        acc_ref[...] = alpha * acc_ref[...] + c.matmul(p.astype(v.dtype), v, "nn")
-        l_ref[...] = alpha * l_ref[...] + jnp.sum(p, axis=1, keepdims=True)
-        m_ref[...] = m_new
+        q, k = _blocks(r, st)
+        vs = bm.load_chunks(r["v"], (_ALL,), st.v_pieces)
+        write(bm.fwd_step(st, r.load_params(st.param_tree, shapes), h, q, k, vs, read()))
 
     @pl.when(j == pl.num_programs(3) - 1)
     def _():
-        l = l_ref[...]
-        seen = l > 0
-        safe = jnp.where(seen, l, F32(1.0))
-        r["o"][...] = jnp.where(seen, acc_ref[...] / safe, F32(0.0)).astype(r["o"].dtype)
-        r["lse"][...] = jnp.where(seen, m_ref[...] + jnp.log(safe), F32(0.0))
+        o, lse = bm.fwd_finish(read(), r.out["o"].dtype)
+        bm.store_chunks(r.out["o"], (_ALL,), st.v_pieces, o)
+        r.out["lse"][...] = lse
 
 
-def _dq_kernel(*refs, st, names):
-    r = dict(zip(names, refs))
+def _dq_kernel(*refs, layout, st, shapes):
+    r = Refs(layout, refs)
     h, j = pl.program_id(1), pl.program_id(3)
-    dq_refs = refs[len(names):]
-    dp_names = [n for n in names if n.startswith("dp")]
 
     @pl.when(j == 0)
     def _():
-        for a in list(dq_refs) + [r[n] for n in dp_names]:
+        for a in r.scratch + r.param_grads:
             a[...] = jnp.zeros(a.shape, a.dtype)
 
     @pl.when(r["vis"][0, j] != 0)
     def _():
-        params = _params(r, names, st)
-        _, ks, keep, s, _, _ = _block(r, st, params, h)
-        p = jnp.where(keep, jnp.exp(s - r["lse"][...]), F32(0.0))
-        ds = p * (c.matmul(r["do"][...], r["v"][...], "nt") - r["delta"][...])
-        dsc = (ds * F32(st.scale)).astype(ks[0].dtype)
-        for a, kp in zip(dq_refs, ks):
-            a[...] += c.matmul(dsc, kp, "nn")
-        grads = c.bias_vjp(st, params, r["qpos"][...], r["kpos"][...], h, ds)
-        for n, g in zip(dp_names, grads):
-            r[n][...] += g
+        q, k = _blocks(r, st)
+        carry = (_read(r.scratch), tuple(a[...].reshape(s) for a, s in zip(r.param_grads,
+                                                                            shapes)))
+        vs = bm.load_chunks(r["v"], (_ALL,), st.v_pieces)
+        dos = bm.load_chunks(r["do"], (_ALL,), st.v_pieces)
+        dqs, dps = bm.dq_step(st, r.load_params(st.param_tree, shapes), h, q, k, vs, dos,
+                              r["lse"][...], r["delta"][...], carry)
+        _write(r.scratch, dqs)
+        _write(r.param_grads, [g.reshape(a.shape) for a, g in zip(r.param_grads, dps)])
 
     @pl.when(j == pl.num_programs(3) - 1)
     def _():
-        cs_q = c.rotation(r["rot"], r["qpos"][...]) if st.rotary else None
-        dqs = c.unrotate([a[...] for a in dq_refs], st, cs_q)
-        c.store_pieces(r["dq"], (slice(None),), st, dqs)
+        q = bm.load_queries(r, st, (_ALL,), _ALL)
+        dqs, _ = bm.dq_finish(st, (_read(r.scratch), ()), q.cs)
+        bm.store_pieces(r.out["dq"], (_ALL,), st, dqs)
 
 
-def _dkv_kernel(*refs, st, names, nq):
-    r = dict(zip(names, refs))
+def _dkv_kernel(*refs, layout, st, nq, shapes):
+    r = Refs(layout, refs)
     kh, t = pl.program_id(1), pl.program_id(3)
-    *dk_refs, dv_ref = refs[len(names):]
+    n = len(st.pieces)
+    dk_refs, dv_refs = r.scratch[:n], r.scratch[n:]
     g, i = _div(t, nq), _rem(t, nq)
 
     @pl.when(t == 0)
     def _():
-        for a in list(dk_refs) + [dv_ref]:
+        for a in r.scratch:
             a[...] = jnp.zeros(a.shape, a.dtype)
 
     @pl.when(r["vis"][0, i] != 0)
     def _():
-        qs, _, keep, s, _, _ = _block(r, st, _params(r, names, st), kh * st.groups + g)
-        p = jnp.where(keep, jnp.exp(s - r["lse"][...]), F32(0.0))
-        do = r["do"][...]
-        dv_ref[...] += c.matmul(p.astype(do.dtype), do, "tn")
-        ds = p * (c.matmul(do, r["v"][...], "nt") - r["delta"][...])
-        dsc = (ds * F32(st.scale)).astype(qs[0].dtype)
-        for a, qp in zip(dk_refs, qs):
-            a[...] += c.matmul(dsc, qp, "tn")
+        q, k = _blocks(r, st)
+        params = r.load_params(st.param_tree, shapes)
+        vs = bm.load_chunks(r["v"], (_ALL,), st.v_pieces)
+        dos = bm.load_chunks(r["do"], (_ALL,), st.v_pieces)
+        dks, dvs = bm.dkv_step(st, params, kh * st.groups + g, q, k, vs, dos, r["lse"][...],
+                               r["delta"][...], (_read(dk_refs), _read(dv_refs)))
+        _write(dk_refs, dks)
+        _write(dv_refs, dvs)
 
     @pl.when(t == pl.num_programs(3) - 1)
     def _():
-        cs_k = c.rotation(r["rot"], jnp.transpose(r["kpos"][...])) if st.rotary else None
-        dks = c.unrotate([a[...] for a in dk_refs], st, cs_k)
-        c.store_pieces(r["dk"], (slice(None),), st, dks)
-        r["dv"][...] = dv_ref[...].astype(r["dv"].dtype)
+        k = bm.load_keys(r, st, (_ALL,), _ALL)
+        dks, dvs = bm.dkv_finish(st, (_read(dk_refs), _read(dv_refs)), k.cs)
+        bm.store_pieces(r.out["dk"], (_ALL,), st, dks)
+        bm.store_chunks(r.out["dv"], (_ALL,), st.v_pieces, dvs)
 
 
 def _specs(st, x, bq, bk, kind, nq):
@@ -172,23 +164,8 @@ def _specs(st, x, bq, bk, kind, nq):
     q_blk, row = pl.BlockSpec((None, None, bq, d), qi), pl.BlockSpec((None, None, bq, 1), qi)
     k_blk = pl.BlockSpec((None, None, bk, d), ki)
     qp, kp = pl.BlockSpec((None, bq, 1), qr), pl.BlockSpec((None, 1, bk), kr)
-    specs = {"q": q_blk, "do": q_blk, "k": k_blk, "v": k_blk, "lse": row, "delta": row,
-             "qpos": qp, "qseg": qp, "kpos": kp, "kvalid": kp, "kseg": kp,
-             "vis": vis}
-    return [specs.get(n) or pl.BlockSpec(x[n].shape, lambda *_, n=x[n].ndim: (0,) * n)
-            for n in x]
-
-
-def _call(kernel, st, x, out, out_specs, grid, scratch, bq, bk, kind, interpret, **kw):
-    names = list(x) + list(out)
-    nq = x["q"].shape[2] // bq
-    return pl.pallas_call(
-        functools.partial(kernel, st=st, names=names, **kw), grid=grid,
-        in_specs=_specs(st, x, bq, bk, kind, nq), out_specs=out_specs,
-        out_shape=list(out.values()), scratch_shapes=scratch, interpret=interpret,
-        compiler_params=pltpu.CompilerParams(
-            dimension_semantics=("parallel", "parallel", "parallel", "arbitrary")),
-        name=f"posenc_flash_{kernel.__name__[1:]}")(*x.values())
+    return {"q": q_blk, "do": q_blk, "k": k_blk, "v": k_blk, "lse": row, "delta": row,
+            "qpos": qp, "qseg": qp, "kpos": kp, "kvalid": kp, "kseg": kp, "vis": vis}
 
 
 def _rows(vis):
@@ -197,42 +174,57 @@ def _rows(vis):
     return vis.reshape(b * n, 1, m)
 
 
-def forward(st, x, vis, *, bq, bk, interpret):
+def _tiles(params):
+    """Mosaic blocks have rank >= 2 here: leaves of rank 0 / 1 (FIRE's scalars, KERPLE's
+    [H]) travel as [1, 1] / [1, n] and are reshaped back after loading."""
+    shapes = tuple(tuple(p.shape) for p in params)
+    return [p.reshape((1,) * (2 - p.ndim) + p.shape) if p.ndim < 2 else p for p in params], shapes
+
+
+def forward(st, x, params, plan, *, interpret):
     """As `gpu.forward`."""
+    params, shapes = _tiles(params)
+    (bq, bk), vis = plan.fwd, plan.vis_fwd
     b, h, lq, d = x["q"].shape
     x = dict(x, vis=_rows(vis))
+    qi = lambda b, h, i, j: (b, h, i, 0)
     out = {"o": jax.ShapeDtypeStruct(x["q"].shape, x["q"].dtype),
            "lse": jax.ShapeDtypeStruct((b, h, lq, 1), F32)}
-    qi = lambda b, h, i, j: (b, h, i, 0)
     specs = [pl.BlockSpec((None, None, bq, d), qi), pl.BlockSpec((None, None, bq, 1), qi)]
-    scratch = [pltpu.VMEM((bq, 1), F32), pltpu.VMEM((bq, 1), F32), pltpu.VMEM((bq, d), F32)]
-    grid = (b, h, lq // bq, x["k"].shape[2] // bk)
-    return tuple(_call(_fwd_kernel, st, x, out, specs, grid, scratch, bq, bk, "q", interpret))
+    scratch = [pltpu.VMEM((bq, 1), F32), pltpu.VMEM((bq, 1), F32)] + [
+        pltpu.VMEM((bq, w), F32) for _, w in st.v_pieces]
+    return tuple(call(_fwd_kernel, inputs=x, params=params, outputs=out,
+                      specs=_specs(st, x, bq, bk, "q", lq // bq), out_specs=specs,
+                      grid=(b, h, lq // bq, x["k"].shape[2] // bk), scratch=scratch,
+                      interpret=interpret, compiler_params=_SEMANTICS, st=st, shapes=shapes))
 
 
-def backward(st, x, vis, *, bq, bk, interpret):
+def backward(st, x, params, plan, *, interpret):
     """As `gpu.backward`."""
+    params, shapes = _tiles(params)
     b, h, lq, d = x["q"].shape
     kh, lk = x["k"].shape[1], x["k"].shape[2]
+    (bq, bk) = plan.dq
     nq, nk = lq // bq, lk // bk
-    x = dict(x, vis=_rows(vis))
     qi = lambda b, h, i, j: (b, h, i, 0)
-    out = {"dq": jax.ShapeDtypeStruct(x["q"].shape, x["q"].dtype)}
-    specs = [pl.BlockSpec((None, None, bq, d), qi)]
-    for n in [n for n in x if n.startswith("p")]:
-        shape = x[n].shape
-        out["d" + n] = jax.ShapeDtypeStruct((b, h, nq) + shape, F32)
-        specs.append(pl.BlockSpec((None, None, None) + shape,
-                                  _leaf_map(len(shape), 3)))
-    scratch = [pltpu.VMEM((bq, n), F32) for _, n in st.pieces]
-    dq, *dps = _call(_dq_kernel, st, x, out, specs, (b, h, nq, nk), scratch, bq, bk, "q",
-                     interpret)
-    x["vis"] = _rows(jnp.swapaxes(vis, 1, 2))                              # [B*nk, 1, nq]
+    xq = dict(x, vis=_rows(plan.vis_dq))
+    dq, *dps = call(_dq_kernel, inputs=xq, params=params,
+                    outputs={"dq": jax.ShapeDtypeStruct(x["q"].shape, x["q"].dtype)},
+                    param_grads=param_grad_outputs(params, (b, h, nq)),
+                    specs=_specs(st, xq, bq, bk, "q", nq),
+                    out_specs=[pl.BlockSpec((None, None, bq, d), qi)], grid=(b, h, nq, nk),
+                    scratch=[pltpu.VMEM((bq, n), F32) for _, n in st.pieces],
+                    interpret=interpret, compiler_params=_SEMANTICS, st=st, shapes=shapes)
+    (bq, bk) = plan.dkv
+    nq, nk = lq // bq, lk // bk
+    xk = dict(x, vis=_rows(jnp.swapaxes(plan.vis_dkv, 1, 2)))             # [B*nk, 1, nq]
+    ki = lambda b, k, j, t: (b, k, j, 0)
     out = {"dk": jax.ShapeDtypeStruct(x["k"].shape, x["k"].dtype),
            "dv": jax.ShapeDtypeStruct(x["v"].shape, x["v"].dtype)}
-    ki = lambda b, k, j, t: (b, k, j, 0)
-    specs = [pl.BlockSpec((None, None, bk, d), ki)] * 2
-    scratch = [pltpu.VMEM((bk, n), F32) for _, n in st.pieces] + [pltpu.VMEM((bk, d), F32)]
-    dk, dv = _call(_dkv_kernel, st, x, out, specs, (b, kh, nk, st.groups * nq), scratch, bq,
-                   bk, "k", interpret, nq=nq)
-    return dq, dk, dv, [jnp.sum(g, axis=(0, 1, 2)) for g in dps]
+    scratch = [pltpu.VMEM((bk, n), F32) for _, n in st.pieces + st.v_pieces]
+    dk, dv = call(_dkv_kernel, inputs=xk, params=params, outputs=out,
+                  specs=_specs(st, xk, bq, bk, "k", nq),
+                  out_specs=[pl.BlockSpec((None, None, bk, d), ki)] * 2,
+                  grid=(b, kh, nk, st.groups * nq), scratch=scratch, interpret=interpret,
+                  compiler_params=_SEMANTICS, st=st, nq=nq, shapes=shapes)
+    return dq, dk, dv, [jnp.sum(g, axis=(0, 1, 2)).reshape(s) for g, s in zip(dps, shapes)]

@@ -7,7 +7,8 @@ causal, segments, key validity -- a conservative test, so skipping never changes
 and wires a `jax.custom_vjp` whose forward saves only (out, lse): the backward recomputes the
 scores block by block in two kernels (dq, and dk/dv), so no [L, L] tensor exists anywhere.
 
-Which kernel runs follows the platform being lowered for (`jax.lax.platform_dependent`):
+Block sizes per platform and pass come from `Static.blocks` (`blocks.KernelBlocks`, defaults
+by head dim), cut to divide the padded lengths (`Plan`). Which kernel runs follows the platform being lowered for (`jax.lax.platform_dependent`):
 cuda -> the Triton kernels of `gpu.py`; tpu -> the Mosaic kernels of `tpu.py`; anything else
 (cpu) -> interpret mode of one of them (`Static.cpu_kernel`, default the GPU structure).
 
@@ -18,21 +19,22 @@ from __future__ import annotations
 
 import functools
 import math
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from posenc_jax.model.kernels import gpu, tpu
-from posenc_jax.model.kernels.common import Static
+from posenc_jax.model.kernels.static import Static
+from posenc_jax.model.kernels.blocks import KernelBlocks
 
-__all__ = ["core", "padded_length", "visibility"]
+__all__ = ["Plan", "core", "padded_length", "visibility"]
 
 F32 = jnp.float32
 _INT_MAX = np.iinfo(np.int32).max
 _INT_MIN = np.iinfo(np.int32).min
-GPU_BLOCKS = (64, 64)     # (block_q, block_k) of the Triton kernels
-TPU_BLOCKS = (128, 128)   # Mosaic: key blocks are lane-dense (multiples of 128)
+_AUX = ("qpos", "kpos", "kvalid", "qseg", "kseg")
 
 
 def padded_length(length: int) -> tuple[int, int]:
@@ -68,53 +70,87 @@ def visibility(st: Static, aux: dict, bq: int, bk: int):
         qs_min, qs_max = _block_min(qs, bq), _block_max(qs, bq, _INT_MIN)
         vis = vis & (qs_min[:, :, None] <= ks_max[:, None, :]) \
             & (ks_min[:, None, :] <= qs_max[:, :, None])
-    return vis.astype(jnp.int32)
+    if st.window is not None:  # some q - k < window: q_min < k_max + window (saturating)
+        k_max = _block_max(jnp.where(valid, aux["kpos"][:, 0, :], _INT_MIN), bk, _INT_MIN)
+        q_min = _block_min(aux["qpos"][:, :, 0], bq)
+        sat = k_max > _INT_MAX - st.window                       # k_max + window overflows
+        reach = jnp.where(sat, _INT_MAX, k_max + st.window)
+        vis = vis & (sat[:, None, :] | (q_min[:, :, None] < reach[:, None, :]))
+    b, nq, nk = valid.shape[0], aux["qpos"].shape[1] // bq, valid.shape[1] // bk
+    return jnp.broadcast_to(vis, (b, nq, nk)).astype(jnp.int32)   # every (i, j) is read
 
 
-def _blocks(st: Static, x: dict, platform: str) -> tuple[int, int]:
+class Plan(NamedTuple):
+    """One platform's blocks and block visibility per pass: (block_q, block_k) and int32
+    [B, nq, nk] for the forward, the dq and the dk/dv kernels; Triton's warps and stages."""
+
+    fwd: tuple[int, int]
+    dq: tuple[int, int]
+    dkv: tuple[int, int]
+    vis_fwd: Any
+    vis_dq: Any
+    vis_dkv: Any
+    num_warps: int = 4
+    num_stages: int = 2
+
+
+def _plan(st: Static, x: dict, platform: str, backward: bool) -> Plan:
+    """The blocks of `st.blocks` (or the defaults) for `platform`, cut to divide the padded
+    lengths; CPU interpret mode uses `st.block_q` / `st.block_k` for every pass."""
     lq, lk = x["q"].shape[2], x["k"].shape[2]
-    want = {"gpu": GPU_BLOCKS, "tpu": TPU_BLOCKS, "cpu": (st.block_q, st.block_k)}[platform]
-    return math.gcd(want[0], lq), math.gcd(want[1], lk)
+    if platform == "cpu":
+        pairs = [(st.block_q, st.block_k)] * 3
+        extra = {}
+    else:
+        blk = (st.blocks or KernelBlocks()).resolve(platform, st.head_dim)
+        pairs = [(blk.block_q, blk.block_k), (blk.block_q_dq, blk.block_k_dq),
+                 (blk.block_q_dkv, blk.block_k_dkv)]
+        extra = ({"num_warps": blk.num_warps, "num_stages": blk.num_stages}
+                 if platform == "gpu" else {})
+    pairs = [(math.gcd(bq, lq), math.gcd(bk, lk)) for bq, bk in pairs]
+    aux = {n: x[n] for n in _AUX if n in x}
+    vis = {}
+    for pair in pairs[1:] if backward else pairs[:1]:
+        if pair not in vis:
+            vis[pair] = visibility(st, aux, *pair)
+    return Plan(*pairs, vis.get(pairs[0]), vis.get(pairs[1]), vis.get(pairs[2]), **extra)
 
 
-def _run(st: Static, x: dict, backward: bool):
+def _run(st: Static, x: dict, params: list, backward: bool):
     """One kernel family by lowering platform (outputs of gpu/tpu .forward or .backward)."""
 
     def branch(module, platform, interpret):
-        def run(x):
-            bq, bk = _blocks(st, x, platform)
-            aux = {n: x[n] for n in ("qpos", "kpos", "kvalid", "qseg", "kseg") if n in x}
+        def run(x, params):
             fn = module.backward if backward else module.forward
-            return fn(st, x, visibility(st, aux, bq, bk), bq=bq, bk=bk, interpret=interpret)
+            return fn(st, x, params, _plan(st, x, platform, backward), interpret=interpret)
         return run
 
-    cpu = branch(tpu if st.cpu_kernel == "tpu" else gpu, "cpu", True)
-    return jax.lax.platform_dependent(x, cpu=cpu, cuda=branch(gpu, "gpu", False),
+    cpu = branch(tpu if st.cpu_kernel == "tpu" else gpu, "cpu",
+                 True if st.interpret is None else st.interpret)
+    return jax.lax.platform_dependent(x, params, cpu=cpu, cuda=branch(gpu, "gpu", False),
                                       tpu=branch(tpu, "tpu", False), default=cpu)
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
 def core(st, q, k, v, aux, leaves):
-    return _run(st, _inputs(q, k, v, aux, leaves), False)[0]
+    return _run(st, _inputs(q, k, v, aux), list(leaves), False)[0]
 
 
-def _inputs(q, k, v, aux, leaves):
-    x = {"q": q, "k": k, "v": v}
-    x.update({n: a for n, a in aux.items() if a is not None})
-    x.update({f"p{i}": leaf for i, leaf in enumerate(leaves)})
-    return x
+def _inputs(q, k, v, aux):
+    """The named kernel inputs (the params leaves travel apart, by role)."""
+    return {"q": q, "k": k, "v": v, **{n: a for n, a in aux.items() if a is not None}}
 
 
 def _core_fwd(st, q, k, v, aux, leaves):
-    o, lse = _run(st, _inputs(q, k, v, aux, leaves), False)
+    o, lse = _run(st, _inputs(q, k, v, aux), list(leaves), False)
     return o, (q, k, v, aux, leaves, o, lse)
 
 
 def _core_bwd(st, res, do):
     q, k, v, aux, leaves, o, lse = res
     delta = jnp.sum(do.astype(F32) * o.astype(F32), axis=-1, keepdims=True)   # [B,H,Lq,1]
-    x = dict(_inputs(q, k, v, aux, leaves), do=do, lse=lse, delta=delta)
-    dq, dk, dv, dps = _run(st, x, True)
+    x = dict(_inputs(q, k, v, aux), do=do, lse=lse, delta=delta)
+    dq, dk, dv, dps = _run(st, x, list(leaves), True)
     dleaves = [g.astype(leaf.dtype) for g, leaf in zip(dps, leaves)]
     daux = {n: None for n in aux}
     return dq, dk, dv, daux, dleaves

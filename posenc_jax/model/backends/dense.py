@@ -1,0 +1,62 @@
+"""The "dense" backend: `jax.nn.dot_product_attention` (XLA) with the bias and masks
+materialised as [B, H, Lq, Lk]; a `RowBias` or a `ValueTerm` takes the explicit-probabilities
+path (`posenc_jax.model.explicit`). Every bias kind, every platform.
+
+`attend_dense` is shared with the "cudnn" record (`posenc_jax.model.backends.cudnn`).
+"""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+
+from posenc_jax.encodings.capabilities import BlockTransform, RowBias, ValueTerm
+from posenc_jax.model.backends.registry import BIAS_KINDS, PLATFORMS, Backend, Inputs, register
+from posenc_jax.model.explicit import attend_explicit
+from posenc_jax.model.scores import build_mask, encoding_bias
+
+__all__ = ["AUTO_DENSE_MAX", "BACKEND", "NAME", "attend_dense"]
+
+NAME = "dense"
+AUTO_DENSE_MAX = 2048 * 2048  # "auto": dense up to Lq * Lk of this, then blockwise
+
+
+def attend_dense(x: Inputs, *, fused: str) -> jax.Array:
+    """Dense attention over `x` with `jax.nn.dot_product_attention(implementation=fused)`.
+
+    With fused="cudnn", self-attention without a key mask (`x.same_positions`) uses cuDNN's
+    own causal mask, which is BY INDEX (positions must increase along the sequence, within
+    each segment), and a bias is passed in q's dtype only when the encoding has one."""
+    q, k, v, encoding, params = x.q, x.k, x.v, x.encoding, x.params
+    qp, kp = x.q_positions, x.k_positions
+    h, d = q.shape[2], q.shape[3]
+    scale = 1.0 / math.sqrt(d)
+    if isinstance(encoding, BlockTransform):  # dense: the whole query set is one block
+        q, k = encoding.block_transform(params, q, k, qp, kp)
+    masks = {"q_segment_ids": x.q_segment_ids, "k_segment_ids": x.k_segment_ids,
+             "k_mask": x.k_mask, "window": x.window}
+    if isinstance(encoding, (RowBias, ValueTerm)):  # they read p or whole rows
+        mask = build_mask(qp, kp, causal=x.causal, **masks)
+        return attend_explicit(q, k, v, encoding=encoding, params=params, q_positions=qp,
+                               k_positions=kp, mask=mask, scale=scale)
+    bias = encoding_bias(encoding, params, qp, kp, (q * scale).astype(q.dtype), h)
+    is_causal = fused == "cudnn" and x.causal and x.same_positions
+    mask = build_mask(qp, kp, causal=x.causal and not is_causal, **masks)
+    if fused == "cudnn" and bias is not None:
+        bias = bias.astype(q.dtype)  # cuDNN takes a bias of q's dtype, only when there is one
+    out = jax.nn.dot_product_attention(q, k, v, bias=bias, mask=mask, scale=scale,
+                                       is_causal=is_causal, implementation=fused)
+    if mask is not None:
+        row_ok = jnp.any(mask, axis=-1)[:, 0, :, None, None]          # [B|1, Lq, 1, 1]
+        out = jnp.where(row_ok, out, jnp.zeros((), out.dtype))
+    return out
+
+
+BACKEND = register(Backend(
+    name=NAME, call=lambda x: attend_dense(x, fused="xla"),
+    summary="jax.nn.dot_product_attention (XLA), bias and masks materialised [B, H, Lq, Lk]",
+    bias=frozenset(BIAS_KINDS), platforms=frozenset(PLATFORMS), value_term=True,
+    block_transform=True, materialises_scores=True, auto_priority=1,
+    auto_platforms=frozenset(PLATFORMS), auto_max_scores=AUTO_DENSE_MAX))

@@ -1,0 +1,275 @@
+"""The attention-backend registry: one `Backend` record per compute path, and the chooser.
+
+A record says what the backend supports (the bias kinds it computes, whether it applies a
+rotation inside, causal / bidirectional, segment ids, grouped-query attention, KV-cache
+decoding, a sliding window, the platforms it lowers for, value terms, block transforms) and
+how it is called (`call(inputs) -> out`). Everything that decides "may this encoding run
+here" asks `Backend.supports`, which returns None or the reason; "auto" is `choose`, which
+reads the records alone; `TransformerConfig`, the study and `train.xla_flags` read names and
+properties from here. No backend name is spelled outside this package.
+
+Shapes: B batch, Lq / Lk query / key lengths, H query heads, K kv heads, D head dim.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import warnings
+from collections.abc import Callable, Mapping
+from typing import Any, NamedTuple
+
+import jax
+
+from posenc_jax.encodings import capabilities as cap
+from posenc_jax.encodings.base import Encoding
+
+__all__ = ["AUTO", "PLATFORMS", "Backend", "Inputs", "Shapes", "bias_kind", "check", "choose",
+           "get", "names", "register", "resolve", "run"]
+
+Array = jax.Array
+AUTO = "auto"
+#: The platforms a record may lower for (`jax.lax.platform_dependent`'s names).
+PLATFORMS = ("cpu", "cuda", "rocm", "tpu")
+#: The kinds of score bias an encoding can have (`bias_kind`), and what each needs.
+BIAS_KINDS = {
+    "elementwise": "has a score bias that is an elementwise function of (query position, key "
+                   "position, head) (an ElementwiseBias)",
+    "positions": "has a score bias computed from the positions of a block",
+    "query": "has a score bias that reads the query (a QueryBias)",
+    "rows": "reads whole rows of attention logits (a RowBias)",
+}
+_REGISTRY: dict[str, Backend] = {}
+
+
+class Shapes(NamedTuple):
+    """The sizes a backend may support or not: q [B, Lq, H, D], k/v [B, Lk, K, D]."""
+
+    batch: int
+    q_len: int
+    k_len: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+
+
+class Inputs(NamedTuple):
+    """What `attend` hands a backend's `call`: validated, positions etc. [B|1, L].
+
+    q, k are rotated unless `rotation` is given (then raw, for a backend that `rotates_inside`).
+    `same_positions`: self-attention with one positions array and no key mask (q_positions
+    is k_positions), so a backend may use an index-causal mask.
+    """
+
+    q: Array
+    k: Array
+    v: Array
+    encoding: Encoding
+    params: Any
+    q_positions: Array
+    k_positions: Array
+    q_segment_ids: Array | None
+    k_segment_ids: Array | None
+    k_mask: Array | None
+    causal: bool
+    block_q: int
+    block_k: int
+    rotation: cap.KernelRotation | None
+    same_positions: bool
+    kernel_blocks: Any = None      # the Pallas kernel's block sizes (`kernels.blocks`)
+    window: int | None = None      # sliding window: key visible iff qp - kp < window
+
+
+def bias_kind(encoding: Encoding) -> str | None:
+    """None (no bias hook) or one of `BIAS_KINDS`, from the encoding's capabilities."""
+    if "bias" not in encoding.hooks:
+        return None
+    if isinstance(encoding, cap.RowBias):
+        return "rows"
+    if isinstance(encoding, cap.ElementwiseBias):
+        return "elementwise"
+    return "query" if isinstance(encoding, cap.QueryBias) else "positions"
+
+
+@dataclasses.dataclass(frozen=True)
+class Backend:
+    """One attention backend: what it supports and how it is called.
+
+    Attributes:
+      name: the `attention=` / `implementation=` value.
+      call: `call(inputs: Inputs) -> [B, Lq, H, D]` in q.dtype.
+      summary: one line for docs and errors.
+      bias: the `BIAS_KINDS` it computes (an encoding without a bias runs everywhere).
+      platforms: where it lowers ("cpu" includes Pallas interpret mode).
+      rotates_inside: applies a `KernelRotary` rotation itself: q, k and a KV cache stay raw.
+      value_term, block_transform: applies a `ValueTerm` / `BlockTransform`.
+      causal, bidirectional, segment_ids, gqa, cache: masks and shapes it supports (cache:
+        decoding over a KV cache, i.e. Lq != Lk and a key mask).
+      sliding_window: a local window mask (filled in by the backend's owner when supported).
+      materialises_scores: holds [B, H, Lq, Lk] (memory quadratic in the length).
+      auto_priority: the order "auto" tries it in (None: never chosen by "auto");
+        auto_platforms: where "auto" may choose it; auto_max_scores: "auto" prefers it up to
+        Lq * Lk of this (beyond, only when no other backend supports the encoding).
+      check: `check(encoding, shapes) -> None | reason`, the backend's own further refusal.
+    """
+
+    name: str
+    call: Callable[[Inputs], Array]
+    summary: str
+    bias: frozenset
+    platforms: frozenset
+    rotates_inside: bool = False
+    value_term: bool = False
+    block_transform: bool = False
+    causal: bool = True
+    bidirectional: bool = True
+    segment_ids: bool = True
+    gqa: bool = True
+    cache: bool = True
+    sliding_window: bool = False
+    materialises_scores: bool = False
+    auto_priority: int | None = None
+    auto_platforms: frozenset = frozenset()
+    auto_max_scores: int | None = None
+    check: Callable[[Encoding, Shapes | None], str | None] | None = None
+
+    def supports(self, encoding: Encoding, *, causal: bool = True, shapes: Shapes | None = None,
+                 platform: str | None = None) -> str | None:
+        """None when this backend can run `encoding` (with these masks, shapes, platform),
+        else the reason, naming the encoding, this backend and the alternatives."""
+        name, here = encoding.name, f"attention={self.name!r}"
+        if isinstance(encoding, cap.CausalOnly) and not causal:
+            return (f"encoding {name!r} is defined for causal attention only; got causal=False "
+                    "(use causal=True or another encoding)")
+        if platform is not None and platform not in self.platforms:
+            return f"{here} does not lower for platform {platform!r} (only {sorted(self.platforms)})"
+        if not (self.causal if causal else self.bidirectional):
+            return f"{here} does not support causal={causal}"
+        if shapes is not None and shapes.heads != shapes.kv_heads and not self.gqa:
+            return f"{here} does not support grouped-query attention (H != K)"
+        kind = bias_kind(encoding)
+        missing = kind is not None and kind not in self.bias
+        if missing and kind == "rows":  # before the backend's own check: the deeper reason
+            return self._refuse_bias(name, kind)
+        if self.check is not None and (reason := self.check(encoding, shapes)) is not None:
+            return reason
+        if missing:
+            return self._refuse_bias(name, kind)
+        for wanted, has, what in ((cap.ValueTerm, self.value_term, "a value term"),
+                                  (cap.BlockTransform, self.block_transform, "a block transform")):
+            if isinstance(encoding, wanted) and not has:
+                return (f"encoding {name!r} declares {what}, which {here} does not apply; use "
+                        f"attention={_alternatives(lambda b, a=what: _applies(b, a))}")
+        return None
+
+    def _refuse_bias(self, name: str, kind: str) -> str:
+        return (f"encoding {name!r} {BIAS_KINDS[kind]}, which attention={self.name!r} does not "
+                f"compute; use attention={_alternatives(lambda b: kind in b.bias)}")
+
+
+def _applies(backend: Backend, what: str) -> bool:
+    return backend.value_term if what == "a value term" else backend.block_transform
+
+
+def _alternatives(ok: Callable[[Backend], bool]) -> str:
+    """The backends that lower on every platform and pass `ok`, as "'a' or 'b'"."""
+    found = [repr(b.name) for b in _REGISTRY.values() if ok(b) and set(PLATFORMS) <= b.platforms]
+    return " or ".join(found) if found else "another encoding"
+
+
+def register(backend: Backend) -> Backend:
+    """Adds a record; ValueError for a taken name, "auto", or an unknown platform/bias kind."""
+    if not isinstance(backend, Backend):
+        raise TypeError(f"register takes a Backend record, got {type(backend).__name__}")
+    if backend.name in _REGISTRY or backend.name == AUTO:
+        raise ValueError(f"attention backend name {backend.name!r} is already taken")
+    unknown = (set(backend.platforms) | set(backend.auto_platforms)) - set(PLATFORMS)
+    if unknown or not set(backend.bias) <= set(BIAS_KINDS):
+        raise ValueError(f"backend {backend.name!r}: unknown platforms {sorted(unknown)} or "
+                         f"bias kinds {sorted(set(backend.bias) - set(BIAS_KINDS))}; valid: "
+                         f"{PLATFORMS}, {tuple(BIAS_KINDS)}")
+    _REGISTRY[backend.name] = backend
+    return backend
+
+
+def names() -> tuple[str, ...]:
+    """The registered backend names, in registration order (without "auto")."""
+    return tuple(_REGISTRY)
+
+
+def get(name: str) -> Backend:
+    """The record of `name`; ValueError naming the valid ones (and "auto")."""
+    if not isinstance(name, str) or name not in _REGISTRY:
+        valid = ", ".join(map(repr, (*_REGISTRY, AUTO)))
+        raise ValueError(f"unknown attention implementation {name!r}; valid implementations "
+                         f"are: {valid}")
+    return _REGISTRY[name]
+
+
+#: The legacy `dense_backend=` values and the backend each selects (deprecated).
+LEGACY_DENSE = {None: None, "xla": "dense", "cudnn": "cudnn"}
+
+
+def resolve(implementation: str, dense_backend: str | None = None, *, warn: bool = True) -> str:
+    """The backend name (or "auto") that `implementation` + the deprecated `dense_backend`
+    select: dense_backend="cudnn" with "dense" is "cudnn", "xla" is plain "dense". ValueError
+    for unknown values, naming the valid ones."""
+    if implementation != AUTO:
+        get(implementation)
+    if dense_backend not in LEGACY_DENSE:
+        raise ValueError(f"unknown dense_backend {dense_backend!r}; valid: "
+                         f"{', '.join(map(repr, LEGACY_DENSE))} (deprecated: use attention=)")
+    if dense_backend is None:
+        return implementation
+    target = LEGACY_DENSE[dense_backend]
+    if implementation not in ("dense", target):
+        raise ValueError(f"dense_backend={dense_backend!r} applies to attention='dense' only, "
+                         f"got attention={implementation!r}; use attention={target!r}")
+    if warn:
+        warnings.warn(f"dense_backend={dense_backend!r} is deprecated; use attention="
+                      f"{target!r}", DeprecationWarning, stacklevel=3)
+    return target
+
+
+def check(name: str, encoding: Encoding, *, causal: bool = True,
+          shapes: Shapes | None = None) -> None:
+    """ValueError unless `name` (a backend or "auto") can run `encoding`."""
+    if name == AUTO:
+        choose(encoding, causal=causal, shapes=shapes, platform="cpu")
+        return
+    reason = get(name).supports(encoding, causal=causal, shapes=shapes)
+    if reason is not None:
+        raise ValueError(reason)
+
+
+def choose(encoding: Encoding, *, causal: bool, shapes: Shapes | None, platform: str
+           ) -> Backend:
+    """What "auto" runs on `platform`: the first record by `auto_priority` that may be chosen
+    there and supports the encoding within its `auto_max_scores`; else the first that supports
+    it at all. ValueError (the first candidate's reason) when none does."""
+    ranked = sorted((b for b in _REGISTRY.values() if b.auto_priority is not None
+                     and platform in b.auto_platforms), key=lambda b: b.auto_priority)
+    scores = None if shapes is None else shapes.q_len * shapes.k_len
+    able = [b for b in ranked if b.supports(encoding, causal=causal, shapes=shapes) is None]
+    for b in able:
+        if b.auto_max_scores is None or scores is None or scores <= b.auto_max_scores:
+            return b
+    if able:
+        return able[0]
+    raise ValueError(ranked[0].supports(encoding, causal=causal, shapes=shapes) if ranked
+                     else f"no attention backend can be chosen on {platform!r}")
+
+
+def run(name: str, encoding: Encoding, operands: tuple, body: Callable[[Backend, Any], Array],
+        *, causal: bool, shapes: Shapes) -> Array:
+    """`body(record, operands)` for backend `name`; for "auto", the record `choose` picks on
+    the platform lowered for (one `jax.lax.platform_dependent` when the platforms differ)."""
+    if name != AUTO:
+        return body(get(name), operands)
+    picks: Mapping[str, Backend] = {p: choose(encoding, causal=causal, shapes=shapes, platform=p)
+                                    for p in PLATFORMS}
+    default = picks["cpu"]
+    if all(b is default for b in picks.values()):
+        return body(default, operands)
+    branches = {p: (lambda ops, b=b: body(b, ops)) for p, b in picks.items() if b is not default}
+    return jax.lax.platform_dependent(operands, default=lambda ops: body(default, ops),
+                                      **branches)

@@ -1,0 +1,53 @@
+"""The online-softmax numerics every attention path shares (blockwise, explicit, the kernels).
+
+One rule, written once (Milakov & Gimelshein 2018; Dao et al. 2022). For a block of logits s
+(masked entries already `NEG`) and the running row state m (max), l (normaliser), both
+shaped like s with its last axis kept as 1:
+
+    m' = max(m, rowmax(s));   p = exp(s - m') (0 where masked);   alpha = exp(m - m')
+    l' = alpha l + rowsum(p);  acc' = alpha acc + p v            (the caller's p v)
+
+and at the end `normalise(acc, l)` = acc / l, with 0 for a row that saw no key (l == 0:
+zeros, never NaN); `log_normaliser(m, l)` = m + log l (the lse the backward pass uses), 0
+for such a row. `NEG` is a finite "minus infinity": exp(NEG - m) underflows to 0, never NaN.
+
+All of it is float32 and elementwise / row reductions over the last axis, so the same
+functions run inside a Pallas kernel ([bq, bk] blocks) and in plain JAX ([..., bq, bk]).
+"""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+
+__all__ = ["NEG", "log_normaliser", "normalise", "online_step"]
+
+NEG = -1e30
+F32 = jnp.float32
+
+
+def online_step(m, l, s, keep=None):
+    """One block of the online softmax: (m', l', p, alpha), float32.
+
+    Args:
+      m, l: the running max and normaliser, [..., n, 1].
+      s: float32 logits [..., n, bk], NEG where masked.
+      keep: bool [..., n, bk] (broadcastable) or None: p is 0 where not kept.
+    """
+    m_new = jnp.maximum(m, jnp.max(s, axis=-1, keepdims=True))
+    p = jnp.exp(s - m_new)
+    if keep is not None:
+        p = jnp.where(keep, p, F32(0.0))
+    alpha = jnp.exp(m - m_new)
+    return m_new, alpha * l + jnp.sum(p, axis=-1, keepdims=True), p, alpha
+
+
+def normalise(acc, l):
+    """acc / l where l > 0, else 0 (a row that sees no key gives zeros). l: [..., n, 1]."""
+    seen = l > 0
+    return jnp.where(seen, acc / jnp.where(seen, l, F32(1.0)), F32(0.0))
+
+
+def log_normaliser(m, l):
+    """m + log(l) where l > 0, else 0: the row's log-sum-exp, [..., n, 1] float32."""
+    seen = l > 0
+    return jnp.where(seen, m + jnp.log(jnp.where(seen, l, F32(1.0))), F32(0.0))
