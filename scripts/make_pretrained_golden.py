@@ -8,7 +8,7 @@ by the package or its tests), from the repository root, after scripts/fetch_pret
     /work/goldenvenv/bin/python scripts/make_pretrained_golden.py [--dir DIR] [--only a,b]
 
 Sections (--only; default all), each writing its own files, so one can be redone alone:
-* tiny:    tiny/<family>/ (scripts/pretrained_golden_tiny.py: llama, mistral, qwen2, qwen3,
+* tiny:    tiny/<family>/ (scripts/make_pretrained_golden_tiny.py: llama, mistral, qwen2, qwen3,
            gemma3_text, phi3 random-weight safetensors checkpoints + logits.npz + cases.json).
 * smollm2, gemma3: <model>.json and <model>.npz for the real GGUF model, loaded by
   `AutoModelForCausalLM.from_pretrained(dir, gguf_file=..., dtype=torch.float32)`:
@@ -44,13 +44,12 @@ import sysconfig
 
 import accelerate
 import gguf
+import make_pretrained_golden_tiny
 import numpy as np
 import safetensors
 import tokenizers
 import torch
 import transformers
-
-import pretrained_golden_tiny
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 OUT = ROOT / "tests" / "data" / "pretrained"
@@ -234,7 +233,7 @@ def versions(directory: pathlib.Path) -> None:
             if hasattr(gguf, "__version__") else "unknown", "tokenizers": tokenizers.__version__,
             "numpy": np.__version__, "accelerate": accelerate.__version__,
             "safetensors": safetensors.__version__, "gguf_sha256": files,
-            "written": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
+            "written": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")}
     (OUT / "versions.json").write_text(json.dumps(info, indent=1) + "\n")
 
 
@@ -250,7 +249,7 @@ def main() -> None:
     OUT.mkdir(parents=True, exist_ok=True)
     versions(directory)
     if "tiny" in only:
-        pretrained_golden_tiny.write_tiny(OUT, _topics()[:200_000])
+        make_pretrained_golden_tiny.write_tiny(OUT, _topics()[:200_000])
     if "smollm2" in only:
         real_model("smollm2", directory, yarn="yarn" in only)
     if "gemma3" in only:

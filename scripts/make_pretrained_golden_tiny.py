@@ -27,9 +27,10 @@ from tokenizers import ByteLevelBPETokenizer
 
 VOCAB = 320
 SEQ = 32  # > the sliding windows below (8 / 6) and > phi3's original context (16)
-COMMON = dict(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_attention_heads=4,
-              num_key_value_heads=2, head_dim=8, max_position_embeddings=64, rms_norm_eps=1e-6,
-              bos_token_id=1, eos_token_id=2, pad_token_id=0)
+COMMON = {"vocab_size": VOCAB, "hidden_size": 32, "intermediate_size": 64,
+          "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 8,
+          "max_position_embeddings": 64, "rms_norm_eps": 1e-6, "bos_token_id": 1,
+          "eos_token_id": 2, "pad_token_id": 0}
 YARN2 = {"rope_type": "yarn", "factor": 2.0, "original_max_position_embeddings": 16}
 FAMILIES = {
     "llama": (dict(COMMON, model_type="llama", num_hidden_layers=2, tie_word_embeddings=False,
