@@ -73,8 +73,6 @@ def build_mask(q_positions: Array, k_positions: Array, *, causal: bool,
 
     if causal:
         mask = k_positions[:, None, None, :] <= q_positions[:, None, :, None]
-    if window is not None:
-        mask = both(mask, q_positions[:, None, :, None] - k_positions[:, None, None, :] < window)
     if q_segment_ids is not None:
         mask = both(mask, q_segment_ids[:, None, :, None] == k_segment_ids[:, None, None, :])
     if k_mask is not None:
