@@ -151,3 +151,17 @@ def test_the_rotation_rule():
     mask = jnp.arange(L)[None] < 5
     assert int(rotation.seq_len(dynamic, pos, mask)) == 5
     assert rotation.seq_len(rope, pos, mask) is None
+
+
+def test_auto_on_a_gpu_host_asks_the_kernel_whether_it_lowers(monkeypatch):
+    """FIRE's MLP does not lower under Triton (issues 23, 26): on a GPU host "auto" must not
+    pick the kernel for it, and says why when asked; ALiBi still gets the kernel."""
+    from posenc_jax.model.backends import pallas as pallas_record
+    monkeypatch.setattr(pallas_record, "host_platform", lambda: "cuda")
+    shapes = backends.Shapes(batch=1, q_len=256, k_len=256, heads=4, kv_heads=4, head_dim=64)
+    fire = posenc_jax.get("fire", num_heads=4)
+    assert backends.choose(fire, causal=True, shapes=shapes, platform="cuda").name != "pallas"
+    reason = backends.get("pallas").supports(fire, shapes=shapes, platform="cuda")
+    assert reason is not None and "attention='pallas'" in reason
+    alibi = posenc_jax.get("alibi", num_heads=4)
+    assert backends.choose(alibi, causal=True, shapes=shapes, platform="cuda").name == "pallas"

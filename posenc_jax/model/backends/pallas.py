@@ -5,6 +5,8 @@ it first on GPUs and TPUs. The kernel's own refusals come from `kernels.check_su
 
 from __future__ import annotations
 
+import jax
+
 from posenc_jax.encodings.base import Encoding
 from posenc_jax.model import kernels
 from posenc_jax.model.backends.registry import Backend, Inputs, Shapes, register
@@ -28,6 +30,24 @@ def _check(encoding: Encoding, shapes: Shapes | None) -> str | None:
     return None
 
 
+def host_platform() -> str | None:
+    """The accelerator this process runs on ("cuda", "tpu"), or None on a CPU host."""
+    return {"gpu": "cuda", "tpu": "tpu"}.get(jax.default_backend())
+
+
+def _lowers(encoding: Encoding, shapes: Shapes, platform: str) -> str | None:
+    """The kernel's shape-aware check (`kernels.unsupported_reason`: declared capabilities,
+    then a cached trial lowering) for the accelerator this process runs on, so "auto" never
+    picks a kernel that cannot lower there (e.g. FIRE under Triton). Other platforms (a CPU
+    host cross-lowering for cuda or tpu) are not trial-lowered on every trace: 1-15 s each."""
+    if platform != host_platform():
+        return None
+    reason = kernels.unsupported_reason(
+        encoding, platform=platform, head_dim=shapes.head_dim, num_heads=shapes.heads,
+        num_kv_heads=shapes.kv_heads, window=shapes.window)
+    return None if reason is None else f"attention={NAME!r}: {reason}"
+
+
 def _call(x: Inputs):
     return kernels.flash_attention(
         x.q, x.k, x.v, encoding=x.encoding, params=x.params, q_positions=x.q_positions,
@@ -40,5 +60,5 @@ BACKEND = register(Backend(
     name=NAME, call=_call,
     summary="Pallas flash attention: elementwise bias and RoPE in-kernel (Triton, Mosaic)",
     bias=frozenset({"elementwise"}), platforms=frozenset({"cpu", "cuda", "tpu"}),
-    rotates_inside=True, sliding_window=True, check=_check, auto_priority=0,
+    rotates_inside=True, sliding_window=True, check=_check, lowers=_lowers, auto_priority=0,
     auto_platforms=frozenset({"cuda", "tpu"})))

@@ -111,6 +111,8 @@ class Backend:
         auto_platforms: where "auto" may choose it; auto_max_scores: "auto" prefers it up to
         Lq * Lk of this (beyond, only when no other backend supports the encoding).
       check: `check(encoding, shapes) -> None | reason`, the backend's own further refusal.
+      lowers: `lowers(encoding, shapes, platform) -> None | reason`: whether it lowers for
+        these shapes on `platform` (asked when a platform is given, e.g. by `choose`).
     """
 
     name: str
@@ -132,6 +134,7 @@ class Backend:
     auto_platforms: frozenset = frozenset()
     auto_max_scores: int | None = None
     check: Callable[[Encoding, Shapes | None], str | None] | None = None
+    lowers: Callable[[Encoding, Shapes, str], str | None] | None = None
 
     def supports(self, encoding: Encoding, *, causal: bool = True, shapes: Shapes | None = None,
                  platform: str | None = None) -> str | None:
@@ -158,6 +161,9 @@ class Backend:
             return reason
         if missing:
             return self._refuse_bias(name, kind)
+        if self.lowers is not None and platform is not None and shapes is not None:
+            if (reason := self.lowers(encoding, shapes, platform)) is not None:
+                return reason
         for wanted, has, what in ((cap.ValueTerm, self.value_term, "a value term"),
                                   (cap.BlockTransform, self.block_transform, "a block transform")):
             if isinstance(encoding, wanted) and not has:
@@ -253,13 +259,15 @@ def choose(encoding: Encoding, *, causal: bool, shapes: Shapes | None, platform:
     ranked = sorted((b for b in _REGISTRY.values() if b.auto_priority is not None
                      and platform in b.auto_platforms), key=lambda b: b.auto_priority)
     scores = None if shapes is None else shapes.q_len * shapes.k_len
-    able = [b for b in ranked if b.supports(encoding, causal=causal, shapes=shapes) is None]
+    able = [b for b in ranked
+            if b.supports(encoding, causal=causal, shapes=shapes, platform=platform) is None]
     for b in able:
         if b.auto_max_scores is None or scores is None or scores <= b.auto_max_scores:
             return b
     if able:
         return able[0]
-    raise ValueError(ranked[0].supports(encoding, causal=causal, shapes=shapes) if ranked
+    raise ValueError(ranked[0].supports(encoding, causal=causal, shapes=shapes,
+                                        platform=platform) if ranked
                      else f"no attention backend can be chosen on {platform!r}")
 
 
