@@ -1,0 +1,43 @@
+"""SmolLM2 (context 8192) extended with YaRN x2 in one argument of `pretrained.load`, at 10,240
+tokens, against transformers 5.24 given the same `rope_parameters` (golden:
+scripts/make_pretrained_golden.py). To keep CI cheap the golden and this test use the first 4
+decoder layers, then the final norm and the head: the RoPE at positions past 8192 is what is
+under test, and every layer applies the same one. (The golden also holds the unscaled model;
+checked by hand it is not asserted here: ~100 s a case on 2 cores.)"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from posenc_jax import pretrained
+
+DATA = pathlib.Path(__file__).parent / "data" / "pretrained"
+REAL_DIR = pathlib.Path(os.environ.get("POSENC_PRETRAINED_DIR",
+                                       pathlib.Path(__file__).parents[1] / ".pretrained"))
+META = json.loads((DATA / "smollm2_yarn.json").read_text())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", ["yarn2"])
+def test_smollm2_at_10k_tokens_equals_transformers(case):
+    path = REAL_DIR / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    if not path.exists():
+        pytest.skip(f"{path} is absent: run `bash scripts/fetch_pretrained.sh {REAL_DIR}`")
+    gold = np.load(DATA / "smollm2_yarn.npz")
+    lm = pretrained.load(path, rope_scaling=META["cases"][case], attention="blockwise")
+    n = META["num_hidden_layers"]
+    lm.model.layers = nnx.List(list(lm.model.layers)[:n])    # the golden's truncated model
+    ids = jnp.asarray(gold["ids"])[None]                        # [1, 10240]
+    logits = np.asarray(nnx.jit(lambda m, t: m(t))(lm.model, ids))[0]
+    full = logits[np.asarray(META["full_positions"])]
+    err = np.abs(full - gold[f"{case}__full_logits"]).max()
+    assert err <= 1e-3, f"{case}: max |logit - transformers'| = {err:.2e} past 8192"
+    agree = (logits.argmax(-1) == gold[f"{case}__argmax"]).mean()
+    assert agree == 1.0, f"{case}: argmax agrees at {agree:.4%} of 10,240 positions"
