@@ -90,8 +90,8 @@ LLAMA = {"model_type": "llama", "vocab_size": 32, "num_hidden_layers": 1, "hidde
 
 def cope_bias(positions):
     enc = posenc_jax.get("cope", head_dim=8, npos_max=4)
-    return enc.bias(enc.init(None), positions, positions, q=jnp.zeros((1, 1, 1, 8)),
-                    logits=jnp.zeros((1, 1, 1, 1)))
+    return enc.row_bias(enc.init(None), positions, positions, q=jnp.zeros((1, 1, 1, 8)),
+                        logits=jnp.zeros((1, 1, 1, 1)))
 
 
 def jitted_step(m, t, cache):
