@@ -128,24 +128,29 @@ class EventLog:
 
     `start_step`: the step the run starts from (its checkpoint); events after it are dropped
     first (see the module docstring). The new file's name ends in the time in nanoseconds, so a
-    run resumed within the same second never overwrites the previous run's file.
+    run resumed within the same second never overwrites the previous run's file. The file is
+    made at the first `write`: a run with nothing to train (already at its last step) adds none.
     """
 
     def __init__(self, logdir: str, *, start_step: int):
         os.makedirs(logdir, exist_ok=True)
         truncate_after(logdir, start_step)
         self.logdir = logdir
-        self._writer = SummaryWriter(logdir=logdir, max_queue=1000, flush_secs=60,
-                                     filename_suffix=f".{time.time_ns()}")
+        self._writer: SummaryWriter | None = None
 
     def write(self, record: dict[str, Any]) -> None:
         """One metrics record (`step` plus values, as in metrics.jsonl) as scalar events."""
         step = int(record["step"])
+        if self._writer is None:
+            self._writer = SummaryWriter(logdir=self.logdir, max_queue=1000, flush_secs=60,
+                                         filename_suffix=f".{time.time_ns()}")
         for tag, value in _tags(record):
             self._writer.add_scalar(tag, value, global_step=step)
 
     def flush(self) -> None:
-        self._writer.flush()
+        if self._writer is not None:
+            self._writer.flush()
 
     def close(self) -> None:
-        self._writer.close()
+        if self._writer is not None:
+            self._writer.close()
