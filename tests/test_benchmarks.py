@@ -47,6 +47,8 @@ SMOKE = [
           slow=True),
     Smoke("kernel_device.py", ("--smoke",), ("kernel/smollm2/D=64", "gemma3_sliding/L=64"),
           slow=True),
+    Smoke("pretrained_forward.py", ("--smoke",),
+          ("ours: pretrained.load", "torch side NOT run", "x torch = ours / torch")),
 ]
 # Benchmarks another test already runs in a smoke mode: {script: the test file that does}.
 ELSEWHERE = {
