@@ -102,7 +102,8 @@ class TorchWorker:
                "--gguf", str(gguf), "--torch_attention", attention,
                "--torch_threads", str(threads)]
         self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     text=True, bufsize=1)
+                                     text=True, bufsize=1,
+                                     env={**os.environ, "TQDM_DISABLE": "1"})  # GGUF's bar
         self.info = self._read()
 
     def _read(self) -> dict:

@@ -121,20 +121,37 @@ def test_empty_batch_and_empty_length_give_zeros_like_dense(implementation):
         assert out.shape == (b, lq, H, D) and not np.any(np.asarray(out))
 
 
-@pytest.mark.parametrize("name", ["alibi", pytest.param("t5", marks=pytest.mark.xfail(
-    reason="after merging main (T5's saturating k - q) dense and kernel differ at int64 "
-           "positions near 2^31; which side is exact is not yet checked", strict=False)),
-    "kerple"])
+@pytest.mark.parametrize("name", ["alibi", "t5", "kerple"])
 def test_int64_positions_near_2_31_do_not_wrap(name):
+    """The three are relative: at positions 2^31 - 12 .. 2^31 + 11 (int64) the kernel and
+    dense give what dense gives at 0 .. 23 (int32). T5's dense side had cast int64 positions
+    to int32 before its saturating k - q, so the keys past 2^31 wrapped to -2^31 (0.025 from
+    the kernel, which rebases; the xfail this replaces)."""
     enc = base.for_model(name, embed_dim=H * D, num_heads=H, head_dim=D)
     q, k, v = _qkv(1, 24, 24)
+    params = jax.tree.map(jnp.float32, enc.init(jax.random.key(0)))
+    exact = _dense(enc, params, q, k, v, jnp.arange(24), jnp.arange(24), True)
     with jax.enable_x64(True):
-        params = jax.tree.map(jnp.float32, enc.init(jax.random.key(0)))
         pos = jnp.arange(24, dtype=jnp.int64) + (2**31 - 12)
         out = attend(q, k, v, encoding=enc, params=params, q_positions=pos, k_positions=pos,
                      implementation="pallas", block_q=16, block_k=16)
         ref = _dense(enc, params, q, k, v, pos, pos, True)
-    np.testing.assert_allclose(out, ref, atol=2e-5)
+    np.testing.assert_allclose(ref, exact, atol=2e-5)
+    np.testing.assert_allclose(out, exact, atol=2e-5)
+
+
+def test_int64_positions_farther_apart_than_int32_are_refused_by_the_kernel():
+    """A batch row spanning more than 2^31 - 1 cannot be rebased into int32: refused, with
+    the row and its span in the message, never a wrapped distance."""
+    enc = posenc_jax.get("alibi", num_heads=H)
+    q, k, v = _qkv(2, 4, 4)
+    with jax.enable_x64(True):
+        near = jnp.arange(4, dtype=jnp.int64)
+        pos = jnp.stack([near, near.at[3].set(2**32)])
+        with pytest.raises(ValueError, match=r"span \[0, 4294967296\] in batch row 1, more "
+                                             r"than the Pallas kernel's int32 positions hold"):
+            attend(q, k, v, encoding=enc, params={}, q_positions=pos, k_positions=pos,
+                   implementation="pallas")
 
 
 def _lowered_with_params(name, platform):

@@ -69,11 +69,17 @@ def relative_positions(q_positions, k_positions) -> jax.Array:
 def saturating_difference(k, q) -> jax.Array:
     """k - q in int32 (broadcast elementwise, e.g. a kernel block's [Bq, 1] and [1, Bk]),
     saturating at the int32 limits instead of wrapping (2^31 - 1 - (-2^31 + 5) is not a near
-    key)."""
-    k, q = jnp.asarray(k, jnp.int32), jnp.asarray(q, jnp.int32)
+    key). 64-bit positions (under `jax_enable_x64`) are subtracted in int64 first, so
+    positions past 2^31 that are near each other give their exact difference (a cast to int32
+    first would wrap them)."""
+    k, q = jnp.asarray(k), jnp.asarray(q)
+    wide = jnp.int64 if max(k.dtype.itemsize, q.dtype.itemsize) > 4 else jnp.int32
+    k, q = k.astype(wide), q.astype(wide)
     diff = k - q
     wrapped = ((k ^ q) & (k ^ diff)) < 0  # signs of k and q differ and the result's is wrong
-    return jnp.where(wrapped, jnp.where(k >= 0, _INT32.max, _INT32.min), diff)
+    limits = np.iinfo(wide)
+    diff = jnp.where(wrapped, jnp.where(k >= 0, limits.max, limits.min).astype(wide), diff)
+    return jnp.clip(diff, _INT32.min, _INT32.max).astype(jnp.int32)
 
 
 _INT32 = np.iinfo(np.int32)

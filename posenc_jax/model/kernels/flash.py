@@ -61,7 +61,13 @@ def check_heads(encoding: Encoding, params: Any, num_heads: int) -> None:
 def int32_positions(q_positions, k_positions):
     """The positions as the kernel's int32. 64-bit positions (under `jax_enable_x64`) that
     leave the int32 range are first rebased per batch row by the row's smallest position
-    (q and k together): q - k is then exact, as in dense attention, where a cast would wrap."""
+    (q and k together): q - k is then exact, as in dense attention, where a cast would wrap.
+
+    Raises:
+      ValueError: concrete 64-bit positions whose batch row spans more than the int32 range
+        (names the row and its smallest and largest position). Traced ones saturate at the
+        int32 limit instead: a far key stays far, never wraps to a near one.
+    """
     qp, kp = jnp.asarray(q_positions), jnp.asarray(k_positions)
     if qp.dtype.itemsize <= 4 and kp.dtype.itemsize <= 4:
         return qp.astype(jnp.int32), kp.astype(jnp.int32)
@@ -69,9 +75,18 @@ def int32_positions(q_positions, k_positions):
     qp, kp = qp.astype(jnp.int64), kp.astype(jnp.int64)
     row_min = jnp.minimum(jnp.min(qp, axis=1, keepdims=True), jnp.min(kp, axis=1, keepdims=True))
     row_max = jnp.maximum(jnp.max(qp, axis=1, keepdims=True), jnp.max(kp, axis=1, keepdims=True))
+    if not isinstance(row_min, jax.core.Tracer):
+        span = np.asarray(row_max - row_min)[:, 0]
+        if np.any(span > hi):
+            r = int(np.argmax(span))
+            raise ValueError(
+                f"q_positions and k_positions span [{int(row_min[r, 0])}, {int(row_max[r, 0])}] "
+                f"in batch row {r}, more than the Pallas kernel's int32 positions hold (a row's "
+                f"positions at most {hi} apart); use attention='dense' or 'blockwise'")
     outside = jnp.any((row_min < lo) | (row_max > hi))
     base = jnp.where(outside, row_min, 0)
-    return (qp - base).astype(jnp.int32), (kp - base).astype(jnp.int32)
+    return (jnp.clip(qp - base, lo, hi).astype(jnp.int32),
+            jnp.clip(kp - base, lo, hi).astype(jnp.int32))
 
 
 def _pad(x, axis: int, size: int, value=0):
