@@ -122,7 +122,8 @@ def test_a_different_train_config_in_the_same_workdir_is_refused(finished, forbi
     workdir, _, config = finished
     config = copy.deepcopy(config)
     config.train.seed = 1
-    with pytest.raises(ValueError, match="different train config"):
+    with pytest.raises(ValueError, match=r"different train config \(config.train.seed=0 there, "
+                                         r"1 here\); nothing was changed"):  # issue 26
         runner.run(config, workdir, progress=False)
 
 

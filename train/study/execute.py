@@ -37,7 +37,8 @@ from train import checkpoint, data, evaluation, finetune, passkey_eval, sharding
 from train.datasets import passkey
 from train.runtime import Runtime
 from train.study import extension, files
-from train.study.jobs import EvalJob, FinetuneJob, PasskeyJob, TrainJob
+from train.study.jobs import (EvalJob, FinetuneJob, PasskeyJob, TrainJob, config_diff,
+                              train_identity)
 from train.study.plan import Plan, eval_attention
 
 
@@ -71,14 +72,25 @@ def eval_bytes(mc, *, batch: int, length: int, attention: str, block: int) -> fl
     return scores + acts
 
 
-def _check_workdir(workdir: files.Workdir, job: TrainJob) -> None:
+def _check_workdir(workdir: files.Workdir, job: TrainJob, config) -> None:
+    """ValueError unless the model's directory is empty or holds this job's training; the
+    message names the train config keys that changed (the marker's `config`), as the trainer
+    does, where the marker has them."""
     marker_path, model_dir = workdir.marker(job.model), workdir.model_dir(job.model)
     if os.path.exists(marker_path):
         marker = files.read_json(marker_path) or {}
         if marker.get("fingerprint") != job.fingerprint:
+            saved = marker.get("config")
+            diff = config_diff(saved, train_identity(config)) if isinstance(saved, dict) else []
+            if diff:
+                what = "; ".join(diff)
+            elif isinstance(job, FinetuneJob):
+                what = f"the same config but another training of its base model {job.base!r}"
+            else:  # a marker written before markers stored the config
+                what = f"fingerprint {marker.get('fingerprint')} there, {job.fingerprint} here"
             raise ValueError(
                 f"{model_dir} holds a training of {job.model!r} made with a different train "
-                f"config (fingerprint {marker.get('fingerprint')} != {job.fingerprint}); use "
+                f"config ({what}); nothing was changed. Rerun with the original config, use "
                 "another --workdir or remove that directory")
     elif os.path.isdir(os.path.join(model_dir, checkpoint.CHECKPOINT_DIR)):
         raise ValueError(f"{model_dir} holds checkpoints that this study did not write (no "
@@ -108,7 +120,7 @@ def prepare(plan: Plan, runtime: Runtime) -> Context:
     """Checks what needs the workdir, devices or data (see the module docstring)."""
     workdir = files.Workdir(plan.workdir)
     for job in plan.of_kind(TrainJob.kind) + plan.of_kind(FinetuneJob.kind):
-        _check_workdir(workdir, job)
+        _check_workdir(workdir, job, plan.train_configs[job.model])
     first = plan.train_configs[plan.models[0]]
     mesh = sharding.make_mesh(first.mesh)
     shards = int(mesh.shape["data"] * mesh.shape["fsdp"])
@@ -146,9 +158,10 @@ def run_train(ctx: Context, job: TrainJob) -> dict:
     model_dir, marker_path = ctx.workdir.model_dir(job.model), ctx.workdir.marker(job.model)
     os.makedirs(model_dir, exist_ok=True)
     marker = files.read_json(marker_path) or {"train_seconds": 0.0}
-    files.write_json(marker_path, {**marker, "fingerprint": job.fingerprint, "finished": False})
-    start = time.perf_counter()
     config = ctx.plan.train_configs[job.model]
+    files.write_json(marker_path, {**marker, "fingerprint": job.fingerprint, "finished": False,
+                                   "config": train_identity(config)})
+    start = time.perf_counter()
     if isinstance(job, FinetuneJob):
         finetune.start_from(ctx.workdir.model_dir(job.base), model_dir, config, step=job.step)
     result = trainer.train_and_evaluate(config, model_dir, runtime=ctx.runtime,

@@ -33,9 +33,41 @@ def fingerprint(value: Any) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
+def train_identity(cfg) -> dict[str, Any]:
+    """What a training's weights depend on: its config minus logging and placement keys, as
+    JSON values (the study's marker stores it, so a changed key can be named)."""
+    kept = {k: v for k, v in cfg.to_dict().items() if k not in _NOT_FINGERPRINTED}
+    return json.loads(json.dumps(kept, sort_keys=True, default=str))
+
+
 def train_fingerprint(cfg) -> str:
-    """What a training's weights depend on: its config minus logging and placement keys."""
-    return fingerprint({k: v for k, v in cfg.to_dict().items() if k not in _NOT_FINGERPRINTED})
+    """The fingerprint of `train_identity(cfg)`."""
+    return fingerprint(train_identity(cfg))
+
+
+_ABSENT = object()
+
+
+def _flat(value: Any, prefix: str) -> dict[str, Any]:
+    if not isinstance(value, dict) or not value:
+        return {prefix: value}
+    out: dict[str, Any] = {}
+    for k, v in value.items():
+        out.update(_flat(v, f"{prefix}.{k}"))
+    return out
+
+
+def config_diff(there: dict, here: dict, prefix: str = "config.train") -> list[str]:
+    """The keys two `train_identity` dicts differ in, as the trainer names them:
+    ["config.train.model.embed_dim=32 there, 64 here", ...] (sorted; a key one side lacks
+    reads `<absent>`)."""
+    a, b = _flat(there, prefix), _flat(here, prefix)
+
+    def show(side, key):
+        return repr(side[key]) if key in side else "<absent>"
+
+    return [f"{k}={show(a, k)} there, {show(b, k)} here"
+            for k in sorted(set(a) | set(b)) if a.get(k, _ABSENT) != b.get(k, _ABSENT)]
 
 
 def flops_per_token(mc: Any, length_: int) -> float:
