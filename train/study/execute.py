@@ -172,6 +172,7 @@ def run_train(ctx: Context, job: TrainJob) -> dict:
               "(checkpoint saved); rerun the same command to resume", flush=True)
         raise SystemExit(0)
     marker = {**marker, "fingerprint": job.fingerprint, "finished": True,
+              "config": train_identity(config),
               "train_seconds": marker.get("train_seconds", 0.0) + seconds,
               "final_loss": result.get("loss"), "step": result.get("step")}
     files.write_json(marker_path, marker)
