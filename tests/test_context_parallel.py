@@ -163,18 +163,21 @@ def test_errors_name_the_values(mesh):
                              mesh=mesh)
 
 
+_CALL = re.compile(r"(?<!custom_)call @([\w$.]+)")  # a func.call, not a custom_call
+
+
 def _per_device_text(text: str) -> str:
     """What runs per device in a lowered module: the bodies of @main's manual computations and
     every private function they call (transitively); @main's own ops are global-shaped."""
     funcs = dict(re.findall(r"func\.func (?:public|private) @(\w+)(.*?)\n  }\n", text, re.DOTALL))
     parts = re.findall(r"manual_axes=\{[^}]*\}(.*?)sdy\.return", funcs["main"], re.DOTALL)
     seen: set[str] = set()
-    todo = [name for part in parts for name in re.findall(r"call @(\w+)", part)]
+    todo = [name for part in parts for name in _CALL.findall(part)]
     while todo:
         name = todo.pop()
         if name not in seen:
             seen.add(name)
-            todo += re.findall(r"call @(\w+)", funcs[name])
+            todo += _CALL.findall(funcs[name])
     return "".join(parts) + "".join(funcs[name] for name in seen)
 
 

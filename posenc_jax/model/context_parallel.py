@@ -54,13 +54,14 @@ from jax.sharding import PartitionSpec as P
 
 from posenc_jax.checks import one_of, positive_int
 from posenc_jax.encodings.base import Encoding
-from posenc_jax.model import backends
+from posenc_jax.model import backends, kernels
 from posenc_jax.model.blockwise import attend_blockwise_lse
 
-__all__ = ["MODES", "ContextAxis", "all_gather_attention", "check_mode", "context_attention",
-           "current_context_axis", "ring_attention"]
+__all__ = ["MODES", "STEPS", "ContextAxis", "all_gather_attention", "check_mode",
+           "context_attention", "current_context_axis", "ring_attention"]
 
 MODES = ("ring", "all_gather")
+STEPS = ("auto", "kernel", "blockwise")
 Array = jax.Array
 
 
@@ -167,7 +168,13 @@ def _make_ring(step, axis_name: str, size: int):
     return ring
 
 
-def _step_fn(encoding, causal, window, block_q, block_k):
+def _shapes(q, k, k_len: int, window) -> backends.Shapes:
+    """The sizes the "pallas" backend's support check reads (one step's q against k_len)."""
+    b, lq, h, d = q.shape
+    return backends.Shapes(b, lq, k_len, h, k.shape[2], d, window)
+
+
+def _blockwise_step(encoding, causal, window, block_q, block_k):
     def step(q, k, v, params, q_meta, kv_meta):
         (qp, qs), (kp, ks, km) = q_meta, kv_meta
         return attend_blockwise_lse(q, k, v, encoding=encoding, params=params, q_positions=qp,
@@ -177,11 +184,48 @@ def _step_fn(encoding, causal, window, block_q, block_k):
     return step
 
 
+def _pow2(n: int) -> int:
+    """The largest power of two <= n (the kernel's interpret-mode blocks)."""
+    return 1 << (max(int(n), 1).bit_length() - 1)
+
+
+def _kernel_step(encoding, causal, window, block_q, block_k, kernel_blocks):
+    def step(q, k, v, params, q_meta, kv_meta):
+        (qp, qs), (kp, ks, km) = q_meta, kv_meta
+        return kernels.flash_attention(
+            q, k, v, encoding=encoding, params=params, q_positions=qp, k_positions=kp,
+            causal=causal, q_segment_ids=qs, k_segment_ids=ks, k_mask=km, rotation=None,
+            block_q=_pow2(block_q), block_k=_pow2(block_k), blocks=kernel_blocks,
+            window=window, return_lse=True)
+    return step
+
+
+def _step_fn(encoding, causal, window, block_q, block_k, *, step="auto", kernel_blocks=None,
+             shapes: backends.Shapes | None = None):
+    """`step(q, k, v, params, q_meta, kv_meta) -> (out f32, lse f32)`: "blockwise", "kernel"
+    (the Pallas kernel; interpret mode on CPU) or "auto": by the platform lowered for
+    (`jax.lax.platform_dependent`), the kernel on cuda / tpu where the "pallas" backend
+    supports the encoding at these shapes, blockwise everywhere else."""
+    blockwise = _blockwise_step(encoding, causal, window, block_q, block_k)
+    if step == "blockwise":
+        return blockwise
+    kernel = _kernel_step(encoding, causal, window, block_q, block_k, kernel_blocks)
+    if step == "kernel":
+        return kernel
+    pallas = backends.get(backends.PALLAS)
+    on = {p: kernel for p in ("cuda", "tpu")
+          if pallas.supports(encoding, causal=causal, shapes=shapes, platform=p) is None}
+    if not on:
+        return blockwise
+    return lambda *args: jax.lax.platform_dependent(*args, default=blockwise, **on)
+
+
 def ring_attention(q: Array, k: Array, v: Array, *, encoding: Encoding, params: Any,
                    q_positions: Array, k_positions: Array, causal: bool = True,
                    q_segment_ids: Array | None = None, k_segment_ids: Array | None = None,
                    k_mask: Array | None = None, window: int | None = None, axis_name: str,
-                   axis_size: int, block_q: int = 256, block_k: int = 256) -> Array:
+                   axis_size: int, block_q: int = 256, block_k: int = 256,
+                   step: str = "auto", kernel_blocks: Any = None) -> Array:
     """Ring attention of this device's queries against every device's keys (call it inside
     `shard_map` over `axis_name`, of `axis_size` devices; see the module docstring).
 
@@ -189,12 +233,17 @@ def ring_attention(q: Array, k: Array, v: Array, *, encoding: Encoding, params: 
       q: [B, C, H, D]; k, v: [B, C, K, D]; q_positions, q_segment_ids: [B|1, C];
       k_positions, k_segment_ids, k_mask: [B|1, C] (segment ids and k_mask may be None).
       window: None or the sliding window (visible iff q_position - k_position < window).
+      step: what each step runs (`STEPS`): "auto" (the Pallas kernel on cuda / tpu where it
+        supports the encoding, blockwise elsewhere), "kernel" (also on CPU, interpret mode:
+        for tests) or "blockwise". block_q, block_k: blockwise's (and interpret mode's)
+        blocks; kernel_blocks: the kernel's GPU / TPU blocks (`kernels.kernel_blocks`).
 
     Returns:
       [B, C, H, D] in q.dtype, equal to attention of q against all N * C keys.
     """
-    ring = _make_ring(_step_fn(encoding, causal, window, block_q, block_k), axis_name,
-                      positive_int("axis_size", axis_size))
+    fn = _step_fn(encoding, causal, window, block_q, block_k, step=step,
+                  kernel_blocks=kernel_blocks, shapes=_shapes(q, k, k.shape[1], window))
+    ring = _make_ring(fn, axis_name, positive_int("axis_size", axis_size))
     return ring(q, (k, v), params, (q_positions, q_segment_ids),
                 (k_positions, k_segment_ids, k_mask))
 
@@ -204,13 +253,16 @@ def all_gather_attention(q: Array, k: Array, v: Array, *, encoding: Encoding, pa
                          q_segment_ids: Array | None = None, k_segment_ids: Array | None = None,
                          k_mask: Array | None = None, window: int | None = None,
                          axis_name: str, axis_size: int = 0, block_q: int = 256,
-                         block_k: int = 256) -> Array:
+                         block_k: int = 256, step: str = "auto",
+                         kernel_blocks: Any = None) -> Array:
     """As `ring_attention`, but K, V and their positions / ids / mask are all-gathered along
     `axis_name` first (each device then holds full-length K/V). `axis_size` is unused."""
     del axis_size
     gather = functools.partial(jax.lax.all_gather, axis_name=axis_name, axis=1, tiled=True)
     k, v, kp, ks, km = jax.tree.map(gather, (k, v, k_positions, k_segment_ids, k_mask))
-    out, _ = _step_fn(encoding, causal, window, block_q, block_k)(
+    fn = _step_fn(encoding, causal, window, block_q, block_k, step=step,
+                  kernel_blocks=kernel_blocks, shapes=_shapes(q, k, k.shape[1], window))
+    out, _ = fn(
         q, k, v, params, (q_positions, q_segment_ids), (kp, ks, km))
     return out.astype(q.dtype)
 
@@ -220,19 +272,22 @@ def context_attention(q: Array, k: Array, v: Array, *, encoding: Encoding, param
                       q_segment_ids: Array | None = None, k_segment_ids: Array | None = None,
                       k_mask: Array | None = None, window: int | None = None, mesh,
                       context_axis: str = "context", batch_axes: tuple[str, ...] = (),
-                      mode: str = "ring", block_q: int = 256, block_k: int = 256) -> Array:
+                      mode: str = "ring", block_q: int = 256, block_k: int = 256,
+                      step: str = "auto", kernel_blocks: Any = None) -> Array:
     """Attention of global arrays whose length axis is split over `context_axis` of `mesh`
     (a Mesh or AbstractMesh; inside `jax.jit` the one of `jax.set_mesh`).
 
     q [B, L, H, D], k, v [B, L, K, D] (already rotated at their positions), positions /
-    segment ids / k_mask [B|1, L], as `posenc_jax.model.attention.attend`. The batch axis is
+    segment ids / k_mask [B|1, L], as `posenc_jax.model.attention.attend`; `step` and
+    `kernel_blocks` as `ring_attention` (the same in both modes). The batch axis is
     split over `batch_axes`, the length over `context_axis`; heads are not split here (a
     tensor-sharded head axis is gathered for the call). Returns [B, L, H, D] in q.dtype.
     Raises ValueError for an unknown mode, an encoding blockwise attention cannot serve, or a
     length / batch not divisible by its axes.
     """
     check_mode(mode)
-    backends.check(backends.BLOCKWISE, encoding, causal=causal)  # each step is blockwise
+    one_of("context_step", step, STEPS)
+    backends.check(backends.BLOCKWISE, encoding, causal=causal)  # CPU steps are blockwise
     size = int(mesh.shape[context_axis])
     batch_axes = tuple(batch_axes)
     rows = 1
@@ -258,7 +313,8 @@ def context_attention(q: Array, k: Array, v: Array, *, encoding: Encoding, param
         qp, kp, qs, ks, km = metas
         return fn(q, k, v, encoding=encoding, params=params, q_positions=qp, k_positions=kp,
                   causal=causal, q_segment_ids=qs, k_segment_ids=ks, k_mask=km, window=window,
-                  axis_name=context_axis, axis_size=size, block_q=block_q, block_k=block_k)
+                  axis_name=context_axis, axis_size=size, block_q=block_q, block_k=block_k,
+                  step=step, kernel_blocks=kernel_blocks)
 
     mapped = jax.shard_map(
         body, mesh=mesh, out_specs=heads, check_vma=False,
