@@ -60,8 +60,9 @@ def value_and_grads(fn, cot, *args):
     return out, vjp(cot)
 
 
-def parallel(encoding, mesh, mode, pos, seg, window=None):
-    """Rotate at global positions, zig-zag reorder, context attention, restore the order."""
+def parallel(encoding, mesh, mode, pos, seg, window=None, **kw):
+    """Rotate at global positions, zig-zag reorder, context attention, restore the order
+    (`kw`: more `context_attention` arguments, e.g. step="kernel")."""
 
     def fn(q, k, v, params):
         q, k = encoding.rotate(params, q, k, pos, pos)
@@ -69,7 +70,7 @@ def parallel(encoding, mesh, mode, pos, seg, window=None):
         out = cp.context_attention(
             r(q), r(k), r(v), encoding=encoding, params=params, q_positions=r(pos),
             k_positions=r(pos), q_segment_ids=r(seg), k_segment_ids=r(seg), window=window,
-            mesh=mesh, batch_axes=("data",), mode=mode, block_q=CHUNK, block_k=CHUNK)
+            mesh=mesh, batch_axes=("data",), mode=mode, block_q=CHUNK, block_k=CHUNK, **kw)
         return lb.restore(out, N)
 
     return fn
