@@ -6,8 +6,10 @@
 - the sliding window (visible iff q_pos - k_pos < window) across shards equals one device's
   blockwise attention (with KERPLE's parameter gradients);
 - zig-zag order: a permutation whose device i holds chunks i and 2N - 1 - i, undone by restore;
-- cross-lowering for cuda and tpu: the ring's collective-permute is there and no tensor inside
-  the per-device computation has the full length (the all-gather's does: the check can fail).
+- cross-lowering for cuda and tpu: the ring's collective-permute is there, each step's Pallas
+  kernel (Triton / Mosaic custom calls: forward, dq, dk/dv), and no tensor inside the
+  per-device computation has the full length (the all-gather's does: the check can fail).
+The kernel-step ring's values and gradients: tests/test_context_parallel_kernel.py.
 """
 
 import functools
@@ -182,6 +184,9 @@ def _per_device_text(text: str) -> str:
     return "".join(parts) + "".join(funcs[name] for name in seen)
 
 
+KERNEL_CALLS = {"cuda": "__gpu$xla.gpu.triton", "tpu": "tpu_custom_call"}
+
+
 @pytest.mark.parametrize("platform", ["cuda", "tpu"])
 def test_ring_lowering_has_collective_and_no_full_length_kv(mesh, platform):
     enc = for_model("t5", {}, embed_dim=H * D, num_heads=H, head_dim=D)
@@ -194,10 +199,14 @@ def test_ring_lowering_has_collective_and_no_full_length_kv(mesh, platform):
         with jax.set_mesh(mesh):
             texts[mode] = jax.jit(jax.grad(loss, argnums=(0, 1, 2, 3))).trace(
                 q, k, v, params).lower(lowering_platforms=(platform,)).as_text()
-    full = re.compile(rf"tensor<\d+x{L}x")  # [B_local, L, ...]: a full-length array
+    full = re.compile(rf"tensor<(?:\d+x)*{L}x")  # any axis of length L: a full-length array
     ring = _per_device_text(texts["ring"])
     assert "collective_permute" in ring
     assert f"tensor<1x{CHUNK}x{K}x{D}xf32>" in ring  # the per-device K/V chunk
     assert not full.search(ring), full.search(ring)
     gathered = _per_device_text(texts["all_gather"])
     assert "all_gather" in gathered and full.search(gathered)  # the check can fail
+    for text in (ring, gathered):  # each step runs the Pallas kernel, forward and backward
+        assert KERNEL_CALLS[platform] in text
+        for kernel in ("fwd", "dq", "dkv"):
+            assert f"posenc_flash_{kernel}_kernel" in text

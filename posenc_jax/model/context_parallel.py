@@ -7,23 +7,36 @@ indices). Queries stay where they are; keys and values come to them in one of tw
 
 * "ring": K, V and their positions, segment ids and key mask travel round the axis by
   `jax.lax.ppermute`, one neighbour hop per step; at step s device i scores its queries
-  against the chunk of device (i - s) mod N with blockwise attention
-  (`blockwise.attend_blockwise_lse`: the encoding's bias evaluated on the block's global
-  positions, masks from positions) and merges the partial results by the online-softmax
-  rule: lse = logaddexp(lse, lse_s), out = e^(lse_old - lse) out + e^(lse_s - lse) out_s.
-  No device ever holds more than two K/V chunks (the one it scores, the one arriving).
-  Backward: a `jax.custom_vjp` ring. Autodiff through the forward loop would be correct
-  but saves every visiting K/V chunk as a residual (full-length K/V per device, the memory
-  the ring exists to avoid); instead the backward sends K, V and their gradient
-  accumulators dK, dV round the ring again (N hops, so each dK, dV arrives home complete),
-  and at each step takes the vjp of the same blockwise step with the cotangents of the
+  against the chunk of device (i - s) mod N and merges the partial results by the
+  online-softmax rule: lse = logaddexp(lse, lse_s), out = e^(lse_old - lse) out +
+  e^(lse_s - lse) out_s. No device ever holds more than two K/V chunks (the one it scores,
+  the one arriving). Backward: a `jax.custom_vjp` ring. Autodiff through the forward loop
+  would be correct but saves every visiting K/V chunk as a residual (full-length K/V per
+  device, the memory the ring exists to avoid); instead the backward sends K, V and their
+  gradient accumulators dK, dV round the ring again (N hops, so each dK, dV arrives home
+  complete), and at each step takes the vjp of the same step with the cotangents of the
   merge: d out_s = w_s d out, d lse_s = w_s (d out . out_s - d out . out), w_s =
   e^(lse_s - lse). That vjp covers dq, dk, dv and every encoding parameter (T5's table,
   FIRE's MLP, KERPLE's), which accumulate on each device and are summed over devices by
   shard_map's transpose of the replicated params.
 * "all_gather": K, V (+ positions, segment ids, key mask) are all-gathered along the axis
-  and each device runs blockwise attention of its queries against the full length.
-  Backward by autodiff (the transpose of all_gather is a reduce-scatter of dK, dV).
+  and each device runs one step of its queries against the full length. Backward by
+  autodiff (the transpose of all_gather is a reduce-scatter of dK, dV).
+
+What a step runs (`step=`, both modes; "auto" by default), chosen by the platform lowered
+for (`jax.lax.platform_dependent`, as the kernel itself chooses Triton / Mosaic):
+  cuda, tpu: the Pallas kernel, `kernels.flash_attention(..., return_lse=True)`, forward
+    and backward (its custom_vjp takes the d lse_s above exactly, through delta' =
+    rowsum(dO O) - d lse; `kernels/lse.py`), the bias evaluated in-kernel on each block's
+    global positions -- where the "pallas" backend supports the encoding at these shapes
+    (`Backend.supports`: an elementwise bias, no value term or block transform, and on the
+    accelerator this process runs on, a trial lowering); otherwise blockwise;
+  cpu (and any other platform): blockwise attention (`blockwise.attend_blockwise_lse`).
+  step="kernel" runs the kernel everywhere (interpret mode on CPU: the tests), "blockwise"
+  blockwise everywhere. One rotation rule for every step: q and k arrive ROTATED at their
+  global positions (the caller's rotate hook, once per token), and the kernel runs without
+  in-kernel rotation: rotating k in-kernel would redo it at every one of the N steps.
+  The backward's vjp of a step recomputes that step's forward (out_s, lse_s).
 
 Bytes moved (per device, one attention layer, forward; b = bytes per element, B the local
 batch rows, K kv heads, D head dim, C = L / N the local length):
@@ -31,10 +44,11 @@ batch rows, K kv heads, D head dim, C = L / N the local length):
   all_gather:  one collective receiving (N - 1) 2 B C K D b
 The totals are equal, (N - 1) / N * 2 B L K D b; the ring hides each hop behind a step of
 compute (needs a step's FLOPs, 4 B C^2 H D, to outlast a hop) and holds 2 chunks, the
-all-gather holds 2 B L K D b of K/V per device and pays one latency. The backward moves
-twice the ring's forward bytes (K, V and dK, dV, N hops). So: all-gather wins with few KV
-heads (GQA / MQA: full-length K/V is small next to the activations) and short chunks
-(latency-bound hops); the ring wins when full-length K/V does not fit, i.e. at long L with
+all-gather holds 2 B L K D b of K/V per device and pays one latency. The ring's backward
+moves N hops of 2 B C K D (b + 4) (K, V and the float32 dK, dV). Whichever step runs (kernel
+or blockwise), the bytes are the same. So: all-gather wins with few KV heads (GQA / MQA:
+full-length K/V is small next to the activations) and short chunks (latency-bound hops);
+the ring wins when full-length K/V does not fit, i.e. at long L with
 many KV heads. docs/context_parallel.md has the memory per device.
 
 Shapes (global; inside shard_map each is the device's slice): B batch, L length, H query
