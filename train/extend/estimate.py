@@ -27,13 +27,30 @@ import dataclasses
 
 from train.extend.plan import Job, PasskeyJob, PplJob
 
+#: compiles of one passkey job in units of the calibration forward's compile: `generate`
+#: compiles the prefill with a KV cache and the decode scan (measured here: see
+#: docs/extend.md, "The estimate")
+GENERATE_COMPILES = 2.0
+
+
+def linear_flops(mc, n: int) -> float:
+    """FLOPs of the matmuls with the weights in one forward of n tokens (q, k, v, o, MLP,
+    output projection): 2 x the weights touched per token."""
+    e, h, k, d, f = mc.embed_dim, mc.num_heads, mc.num_kv_heads, mc.head_dim, mc.mlp_dim
+    mlp = (3 if mc.mlp_activation == "swiglu" else 2) * e * f
+    return n * 2.0 * (mc.num_layers * (2 * e * h * d + 2 * e * k * d + mlp) + e * mc.vocab_size)
+
+
+def attention_flops(mc, n: int, *, layers: int | None = None) -> float:
+    """FLOPs of causal attention over n tokens in `layers` layers (default all): 2 L H D per
+    token per layer (QK^T and PV over half the keys on average)."""
+    layers = mc.num_layers if layers is None else layers
+    return 2.0 * layers * mc.num_heads * mc.head_dim * float(n) * n
+
 
 def forward_flops(mc, n: int) -> float:
     """FLOPs of one causal forward of n tokens of a TransformerConfig `mc`."""
-    e, h, k, d, f = mc.embed_dim, mc.num_heads, mc.num_kv_heads, mc.head_dim, mc.mlp_dim
-    mlp = (3 if mc.mlp_activation == "swiglu" else 2) * e * f
-    per_token = 2.0 * (mc.num_layers * (2 * e * h * d + 2 * e * k * d + mlp) + e * mc.vocab_size)
-    return n * per_token + 2.0 * mc.num_layers * h * d * float(n) * n
+    return linear_flops(mc, n) + attention_flops(mc, n)
 
 
 def decode_flops(mc, n: int) -> float:
@@ -43,19 +60,39 @@ def decode_flops(mc, n: int) -> float:
 
 @dataclasses.dataclass(frozen=True)
 class Cost:
-    """A measured rate (FLOP/s), compile and load seconds, and the model's config."""
+    """Measured rates (FLOP/s) of the weight matmuls and of attention, the compile and load
+    seconds, and the model's config. `attention_flops_per_s` None: one rate for both."""
 
     flops_per_s: float
     compile_s: float
     load_s: float
     model_config: object
+    attention_flops_per_s: float | None = None
 
     @classmethod
     def calibrate(cls, model_config, *, forward_seconds: float, length: int, compile_s: float,
-                  load_s: float) -> Cost:
-        rate = forward_flops(model_config, length) / max(forward_seconds, 1e-9)
-        return cls(flops_per_s=rate, compile_s=compile_s, load_s=load_s,
-                   model_config=model_config)
+                  load_s: float, attention_seconds: float | None = None,
+                  attention_length: int = 0) -> Cost:
+        """From one forward of `length` tokens taking `forward_seconds`; with
+        `attention_seconds` (one layer's attention over `attention_length` tokens, timed
+        alone) attention gets its own rate and the forward's remaining time sets the
+        matmuls' rate (at least half the forward's time is kept for them)."""
+        mc, forward_seconds = model_config, max(forward_seconds, 1e-9)
+        if attention_seconds is None:
+            return cls(flops_per_s=forward_flops(mc, length) / forward_seconds,
+                       compile_s=compile_s, load_s=load_s, model_config=mc)
+        attn = attention_flops(mc, attention_length, layers=1) / max(attention_seconds, 1e-9)
+        rest = max(forward_seconds - attention_flops(mc, length) / attn, 0.5 * forward_seconds)
+        return cls(flops_per_s=linear_flops(mc, length) / rest, compile_s=compile_s,
+                   load_s=load_s, model_config=mc, attention_flops_per_s=attn)
+
+    def forward_seconds(self, n: int) -> float:
+        """Estimated seconds of one forward of n tokens (no compile)."""
+        mc = self.model_config
+        if self.attention_flops_per_s is None:
+            return forward_flops(mc, n) / self.flops_per_s
+        return (linear_flops(mc, n) / self.flops_per_s
+                + attention_flops(mc, n) / self.attention_flops_per_s)
 
     def flops(self, job: Job) -> float:
         mc, n = self.model_config, job.length
@@ -68,9 +105,18 @@ class Cost:
         raise TypeError(f"no cost for a job of kind {job.kind!r}")
 
     def seconds(self, job: Job, *, loads: bool = True) -> float:
-        """Estimated seconds of `job` (a compile, a load when `loads`)."""
-        return (self.flops(job) / self.flops_per_s + self.compile_s
-                + (self.load_s if loads else 0.0))
+        """Estimated seconds of `job` (its compiles, a load when `loads`)."""
+        mc, n = self.model_config, job.length
+        if isinstance(job, PplJob):
+            run, compiles = self.forward_seconds(n), 1.0
+        elif isinstance(job, PasskeyJob):
+            steps = job.max_new_tokens - 1
+            per = (self.forward_seconds(n) * (1 + (steps if job.length_dependent else 0))
+                   + steps * decode_flops(mc, n) / self.flops_per_s)
+            run, compiles = job.trials * per, GENERATE_COMPILES
+        else:
+            raise TypeError(f"no cost for a job of kind {job.kind!r}")
+        return run + compiles * self.compile_s + (self.load_s if loads else 0.0)
 
 
 def total_seconds(cost: Cost, jobs) -> float:
