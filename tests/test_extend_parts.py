@@ -102,27 +102,27 @@ def test_the_default_plan():
     p = plan.make_plan(extend_smollm2.get_config(), "/tmp/x")
     assert p.methods == ("none", "linear", "ntk", "dynamic", "yarn")
     assert set(p.methods) <= set(plan.all_methods())
-    assert p.lengths["smollm2"] == (2048, 4096, 8192, 16384)
+    assert p.lengths["smollm2"] == (2048, 4096, 8192, 10240)
     ppl = p.of_kind("ppl")
     none = [j for j in ppl if j.method == "none"]
-    assert [(j.length, j.prefixes, j.factor) for j in none] == [(16384, (2048, 4096, 8192),
+    assert [(j.length, j.prefixes, j.factor) for j in none] == [(10240, (2048, 4096, 8192),
                                                                   1.0)]
     scaled = [j for j in ppl if j.method != "none"]
     assert {(j.method, j.length, j.factor) for j in scaled} == {
-        (m, 16384, 2.0) for m in ("linear", "ntk", "dynamic", "yarn")}
+        (m, 10240, 1.25) for m in ("linear", "ntk", "dynamic", "yarn")}
     for j in scaled:
         sc = j.rope_scaling
-        assert sc["factor"] == 2.0 and sc.get("rope_type", j.method) == j.method
+        assert sc["factor"] == 1.25 and sc.get("rope_type", j.method) == j.method
     pk = p.of_kind("passkey")  # within C every method is the unscaled model: none only
     assert sorted((j.method, j.length) for j in pk) == [("none", 2048), ("none", 4096),
                                                          ("none", 8192)]
-    assert all(j.trials == 3 for j in pk)
+    assert all(j.trials == 1 and j.depths == (0.5,) for j in pk)
     assert len({j.name for j in p.jobs}) == len(p.jobs)
 
 
 def test_passkey_past_c_is_one_override_away():
     config = extend_smollm2.get_config()
-    config.passkey.lengths = "C/4,C/2,C,2C"
+    config.lengths = config.passkey.lengths = "C/4,C/2,C,2C"  # the 16k
     pk = plan.make_plan(config, "/tmp/x").of_kind("passkey")
     assert sorted((j.method, j.length) for j in pk if j.length > 8192) == [
         (m, 16384) for m in ("dynamic", "linear", "none", "ntk", "yarn")]
@@ -155,7 +155,7 @@ def test_the_estimate_adds_rebuilds_for_length_dependent_scalings():
                                    load_s=5.0)
     assert cost.flops_per_s == estimate.forward_flops(MC, 10) / 2.0
     config = extend_smollm2.get_config()
-    config.passkey.lengths = "2C"
+    config.lengths = config.passkey.lengths = "2C"
     jobs = plan.make_plan(config, "/tmp/x").jobs
     ppl = next(j for j in jobs if j.kind == "ppl" and j.method == "linear")
     assert cost.seconds(ppl) == pytest.approx(

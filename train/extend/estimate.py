@@ -1,24 +1,29 @@
 """The time estimate printed before the first job, calibrated on this machine.
 
-    cost = Cost.calibrate(model_config, forward_seconds=t, length=n, compile_s=c, load_s=l)
+    cost = Cost.calibrate(model_config, forward_seconds=t, length=n, compile_s=c, load_s=l,
+                          attention_seconds=ta, attention_length=na)
     cost.seconds(job)            the estimated seconds of one job
 
 How it is calibrated: the runner loads the first model, times one forward of `calibrate_len`
-tokens after its compile (and the compile, and the load), and divides the forward's FLOPs
-(`forward_flops`) by that time: a rate in FLOP/s measured here and now, under this machine's
-load. Every job is then its FLOPs over that rate, plus one compile and one load:
+tokens after its compile (and the compile, and the load), and one layer's attention over
+`calibrate_attention_len` tokens alone (`measure.attention_seconds`). Two rates in FLOP/s,
+measured here and now under this machine's load: attention's (its FLOPs over its time) and the
+weight matmuls' (their FLOPs over the rest of the forward's time). Every job is then its FLOPs
+over those rates, plus its compiles and one load per scaling:
 
-  ppl       one forward of n tokens
-  passkey   per prompt, a forward of n tokens (the prefill) and `max_new_tokens` decode steps
-            of one token over n cached ones; a length-dependent scaling (the registry says:
-            dynamic NTK) rebuilds the whole cache at every step past C
-            (`posenc_jax.model.kv_cache`), i.e. one more forward of n per step
+  ppl       one forward of n tokens; one compile
+  passkey   per prompt, a forward of n tokens (the prefill) and `max_new_tokens` - 1 decode
+            steps of one token over n cached ones; a length-dependent scaling (the registry
+            says: dynamic NTK) rebuilds the whole cache at every step past C
+            (`posenc_jax.model.kv_cache`), i.e. one more forward of n per step;
+            `GENERATE_COMPILES` compiles (prefill with a cache + the decode scan)
 
-`forward_flops` counts the matmuls: 2 x the weights touched per token (q, k, v, o, MLP, output
-projection) plus causal attention's 2 L H D per token per layer (QK^T and PV over half the
-keys on average: the blockwise kernel skips blocks above the diagonal). Long lengths are
-dominated by that quadratic term, which the short calibration forward under-weights; the
-printed estimate is a measured rate times a FLOP count, not a measurement.
+`linear_flops` counts the weight matmuls: 2 x the weights touched per token (q, k, v, o, MLP,
+output projection); `attention_flops` causal attention's 2 L H D per token per layer (QK^T and
+PV over half the keys on average: the blockwise kernel skips blocks above the diagonal). At
+16k tokens attention is two thirds of SmolLM2's FLOPs and runs at a lower rate than the
+matmuls: a single rate from a short forward (where it is 6%) under-estimated long lengths.
+The printed estimate is measured rates times FLOP counts, not a measurement.
 """
 
 from __future__ import annotations
@@ -28,9 +33,9 @@ import dataclasses
 from train.extend.plan import Job, PasskeyJob, PplJob
 
 #: compiles of one passkey job in units of the calibration forward's compile: `generate`
-#: compiles the prefill with a KV cache and the decode scan (measured here: see
-#: docs/extend.md, "The estimate")
-GENERATE_COMPILES = 2.0
+#: compiles the prefill with a KV cache and the decode scan (SmolLM2 on 2 loaded cores:
+#: 48 s against 17-18 s for a forward; docs/extend.md, "The estimate")
+GENERATE_COMPILES = 2.5
 
 
 def linear_flops(mc, n: int) -> float:

@@ -41,6 +41,10 @@ def _len(n: int | None, context: int) -> str:
     return "none" if n == 0 else f"{n // 1024}k" if n % 1024 == 0 else str(n)
 
 
+def _pos(n: int) -> str:
+    return f"{n // 1024}k" if n and n % 1024 == 0 else str(n)
+
+
 def _num(value: float | None) -> str:
     return "" if value is None or math.isnan(value) else f"{value:.2f}"
 
@@ -73,8 +77,8 @@ def model_table(ppl, buckets, passkey, *, model: str) -> list[str]:
     edge = next((int(r["start"]) for r in buckets if r["model"] == model
                  and int(r["end"]) == longest), context)
     out = [(f"| method | factor at {_len(longest, context)} | ppl at C ({_len(context, context)})"
-           f" | ppl at {_len(longest, context)} | ppl of positions [{_len(edge, context)}, "
-           f"{_len(longest, context)}) | ppl within 10% up to | passkey >= 0.9 up to |"),
+           f" | ppl at {_len(longest, context)} | ppl of positions [{_pos(edge)}, "
+           f"{_pos(longest)}) | ppl within 10% up to | passkey >= 0.9 up to |"),
            "|---|---|---|---|---|---|---|"]
     for m in methods:
         c = table.curve(ppl, model=model, method=m, key="ppl", text=text)

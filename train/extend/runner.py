@@ -214,13 +214,16 @@ def _run(plan: Plan, load, progress: bool) -> dict[str, dict]:
     invocation = {"started": time.strftime("%Y-%m-%d %H:%M:%S"), "jobs": len(todo),
                   "load_at_start": list(os.getloadavg())}
     if todo:
+        start = time.perf_counter()
         cost = calibrate(ctx, todo[0].model)
+        invocation["calibrate_s"] = time.perf_counter() - start
         seconds = {job: cost.seconds(job) for job in todo}
         total = estimate.total_seconds(cost, todo)
         invocation.update(estimate_s=total, flops_per_s=cost.flops_per_s,
                           attention_flops_per_s=cost.attention_flops_per_s,
                           compile_s=cost.compile_s, load_s=cost.load_s)
-        print(report.summary(plan, todo, total=total, cost=cost), flush=True)
+        print(report.summary(plan, todo, total=total, cost=cost,
+                             calibrated_s=invocation["calibrate_s"]), flush=True)
         bar = tqdm.tqdm(total=total, unit="s(est)", disable=not progress, dynamic_ncols=True,
                         bar_format="extend {percentage:3.0f}%|{bar}| {postfix} "
                                    "[{elapsed}<{remaining}]")
