@@ -16,8 +16,9 @@ def get_config():
     config = extend_smollm2.get_config()
     config.models = "smollm2,gemma3"
     config.lengths = "C/4,C/2,C,2C,4C"
+    config.methods = "all"
     config.texts = "prose,code"
-    config.passkey.update(depths="0,0.25,0.5,0.75,1", keys_per_depth=2)
+    config.passkey.update(lengths="", depths="0,0.25,0.5,0.75,1", keys_per_depth=2)
     config.model.gemma3.passkey_lengths = "C/4,C/2,C,2C"
     config.attention = "auto"
     config.calibrate_len = 2048

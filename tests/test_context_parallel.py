@@ -6,8 +6,10 @@
 - the sliding window (visible iff q_pos - k_pos < window) across shards equals one device's
   blockwise attention (with KERPLE's parameter gradients);
 - zig-zag order: a permutation whose device i holds chunks i and 2N - 1 - i, undone by restore;
-- cross-lowering for cuda and tpu: the ring's collective-permute is there and no tensor inside
-  the per-device computation has the full length (the all-gather's does: the check can fail).
+- cross-lowering for cuda and tpu: the ring's collective-permute is there, each step's Pallas
+  kernel (Triton / Mosaic custom calls: forward, dq, dk/dv), and no tensor inside the
+  per-device computation has the full length (the all-gather's does: the check can fail).
+The kernel-step ring's values and gradients: tests/test_context_parallel_kernel.py.
 """
 
 import functools
@@ -60,8 +62,9 @@ def value_and_grads(fn, cot, *args):
     return out, vjp(cot)
 
 
-def parallel(encoding, mesh, mode, pos, seg, window=None):
-    """Rotate at global positions, zig-zag reorder, context attention, restore the order."""
+def parallel(encoding, mesh, mode, pos, seg, window=None, **kw):
+    """Rotate at global positions, zig-zag reorder, context attention, restore the order
+    (`kw`: more `context_attention` arguments, e.g. step="kernel")."""
 
     def fn(q, k, v, params):
         q, k = encoding.rotate(params, q, k, pos, pos)
@@ -69,7 +72,7 @@ def parallel(encoding, mesh, mode, pos, seg, window=None):
         out = cp.context_attention(
             r(q), r(k), r(v), encoding=encoding, params=params, q_positions=r(pos),
             k_positions=r(pos), q_segment_ids=r(seg), k_segment_ids=r(seg), window=window,
-            mesh=mesh, batch_axes=("data",), mode=mode, block_q=CHUNK, block_k=CHUNK)
+            mesh=mesh, batch_axes=("data",), mode=mode, block_q=CHUNK, block_k=CHUNK, **kw)
         return lb.restore(out, N)
 
     return fn
@@ -163,19 +166,25 @@ def test_errors_name_the_values(mesh):
                              mesh=mesh)
 
 
+_CALL = re.compile(r"(?<!custom_)call @([\w$.]+)")  # a func.call, not a custom_call
+
+
 def _per_device_text(text: str) -> str:
     """What runs per device in a lowered module: the bodies of @main's manual computations and
     every private function they call (transitively); @main's own ops are global-shaped."""
     funcs = dict(re.findall(r"func\.func (?:public|private) @(\w+)(.*?)\n  }\n", text, re.DOTALL))
     parts = re.findall(r"manual_axes=\{[^}]*\}(.*?)sdy\.return", funcs["main"], re.DOTALL)
     seen: set[str] = set()
-    todo = [name for part in parts for name in re.findall(r"call @(\w+)", part)]
+    todo = [name for part in parts for name in _CALL.findall(part)]
     while todo:
         name = todo.pop()
         if name not in seen:
             seen.add(name)
-            todo += re.findall(r"call @(\w+)", funcs[name])
+            todo += _CALL.findall(funcs[name])
     return "".join(parts) + "".join(funcs[name] for name in seen)
+
+
+KERNEL_CALLS = {"cuda": "__gpu$xla.gpu.triton", "tpu": "tpu_custom_call"}
 
 
 @pytest.mark.parametrize("platform", ["cuda", "tpu"])
@@ -190,10 +199,14 @@ def test_ring_lowering_has_collective_and_no_full_length_kv(mesh, platform):
         with jax.set_mesh(mesh):
             texts[mode] = jax.jit(jax.grad(loss, argnums=(0, 1, 2, 3))).trace(
                 q, k, v, params).lower(lowering_platforms=(platform,)).as_text()
-    full = re.compile(rf"tensor<\d+x{L}x")  # [B_local, L, ...]: a full-length array
+    full = re.compile(rf"tensor<(?:\d+x)*{L}x")  # any axis of length L: a full-length array
     ring = _per_device_text(texts["ring"])
     assert "collective_permute" in ring
     assert f"tensor<1x{CHUNK}x{K}x{D}xf32>" in ring  # the per-device K/V chunk
     assert not full.search(ring), full.search(ring)
     gathered = _per_device_text(texts["all_gather"])
     assert "all_gather" in gathered and full.search(gathered)  # the check can fail
+    for text in (ring, gathered):  # each step runs the Pallas kernel, forward and backward
+        assert KERNEL_CALLS[platform] in text
+        for kernel in ("fwd", "dq", "dkv"):
+            assert f"posenc_flash_{kernel}_kernel" in text

@@ -10,7 +10,6 @@ import pytest
 from configs import extend_smollm2
 from posenc_jax.model.config import TransformerConfig
 from train.extend import estimate, measure, plan, prompts, texts
-from train.study import scalings
 
 
 class Words:
@@ -101,22 +100,32 @@ def test_pieces_never_carry_a_bos_of_their_own():
 
 def test_the_default_plan():
     p = plan.make_plan(extend_smollm2.get_config(), "/tmp/x")
-    assert p.methods == ("none", *scalings.methods())
-    assert p.lengths["smollm2"] == (2048, 4096, 8192, 16384)
+    assert p.methods == ("none", "linear", "ntk", "dynamic", "yarn")
+    assert set(p.methods) <= set(plan.all_methods())
+    assert p.lengths["smollm2"] == (2048, 4096, 8192, 10240)
     ppl = p.of_kind("ppl")
     none = [j for j in ppl if j.method == "none"]
-    assert [(j.length, j.prefixes, j.factor) for j in none] == [(16384, (2048, 4096, 8192),
+    assert [(j.length, j.prefixes, j.factor) for j in none] == [(10240, (2048, 4096, 8192),
                                                                   1.0)]
     scaled = [j for j in ppl if j.method != "none"]
     assert {(j.method, j.length, j.factor) for j in scaled} == {
-        (m, 16384, 2.0) for m in scalings.methods()}
+        (m, 10240, 1.25) for m in ("linear", "ntk", "dynamic", "yarn")}
     for j in scaled:
         sc = j.rope_scaling
-        assert sc["factor"] == 2.0 and sc.get("rope_type", j.method) == j.method
-    pk = p.of_kind("passkey")
-    assert sorted(j.length for j in pk if j.method == "none") == [2048, 4096, 8192, 16384]
-    assert all(j.trials == 3 for j in pk)
+        assert sc["factor"] == 1.25 and sc.get("rope_type", j.method) == j.method
+    pk = p.of_kind("passkey")  # within C every method is the unscaled model: none only
+    assert sorted((j.method, j.length) for j in pk) == [("none", 2048), ("none", 4096),
+                                                         ("none", 8192)]
+    assert all(j.trials == 1 and j.depths == (0.5,) for j in pk)
     assert len({j.name for j in p.jobs}) == len(p.jobs)
+
+
+def test_passkey_past_c_is_one_override_away():
+    config = extend_smollm2.get_config()
+    config.lengths = config.passkey.lengths = "C/4,C/2,C,2C"  # the 16k
+    pk = plan.make_plan(config, "/tmp/x").of_kind("passkey")
+    assert sorted((j.method, j.length) for j in pk if j.length > 8192) == [
+        (m, 16384) for m in ("dynamic", "linear", "none", "ntk", "yarn")]
 
 
 def test_plan_errors_name_the_key():
@@ -145,7 +154,9 @@ def test_the_estimate_adds_rebuilds_for_length_dependent_scalings():
     cost = estimate.Cost.calibrate(MC, forward_seconds=2.0, length=10, compile_s=1.0,
                                    load_s=5.0)
     assert cost.flops_per_s == estimate.forward_flops(MC, 10) / 2.0
-    jobs = plan.make_plan(extend_smollm2.get_config(), "/tmp/x").jobs
+    config = extend_smollm2.get_config()
+    config.lengths = config.passkey.lengths = "2C"
+    jobs = plan.make_plan(config, "/tmp/x").jobs
     ppl = next(j for j in jobs if j.kind == "ppl" and j.method == "linear")
     assert cost.seconds(ppl) == pytest.approx(
         estimate.forward_flops(MC, 16384) / cost.flops_per_s + 1.0 + 5.0)
@@ -153,8 +164,29 @@ def test_the_estimate_adds_rebuilds_for_length_dependent_scalings():
     grows = next(j for j in jobs if j.kind == "passkey" and j.length_dependent)
     extra = grows.trials * (grows.max_new_tokens - 1) * estimate.forward_flops(MC, 16384)
     assert cost.flops(grows) - cost.flops(steady) == pytest.approx(extra)
+    assert cost.seconds(grows) - cost.seconds(steady) == pytest.approx(
+        extra / cost.flops_per_s)
+    assert cost.seconds(steady, loads=False) == pytest.approx(
+        cost.flops(steady) / cost.flops_per_s + estimate.GENERATE_COMPILES * 1.0)
     same = [ppl, steady]  # one scaling dict: one load
     assert estimate.total_seconds(cost, same) == pytest.approx(
         cost.seconds(ppl) + cost.seconds(steady, loads=False))
     with pytest.raises(TypeError, match="no cost for a job of kind"):
         cost.flops(types.SimpleNamespace(kind="train", length=8))
+
+
+def test_attention_gets_its_own_rate():
+    # a 10-token forward took 2 s; one layer's attention over 20 tokens alone took 0.5 s
+    attn_rate = 2.0 * 1 * 2 * 4 * 20 * 20 / 0.5
+    cost = estimate.Cost.calibrate(MC, forward_seconds=2.0, length=10, compile_s=1.0,
+                                   load_s=5.0, attention_seconds=0.5, attention_length=20)
+    assert cost.attention_flops_per_s == pytest.approx(attn_rate)
+    rest = 2.0 - estimate.attention_flops(MC, 10) / attn_rate
+    assert cost.flops_per_s == pytest.approx(estimate.linear_flops(MC, 10) / rest)
+    assert cost.forward_seconds(10) == pytest.approx(2.0)  # it reproduces its calibration
+    assert cost.forward_seconds(1000) == pytest.approx(
+        estimate.linear_flops(MC, 1000) / cost.flops_per_s
+        + estimate.attention_flops(MC, 1000) / attn_rate)
+    slow = estimate.Cost.calibrate(MC, forward_seconds=2.0, length=10, compile_s=0.0,
+                                   load_s=0.0, attention_seconds=1e6, attention_length=2)
+    assert slow.flops_per_s == pytest.approx(estimate.linear_flops(MC, 10) / 1.0)  # half kept

@@ -1,26 +1,15 @@
 """train.extend on a real checkpoint: the tiny random Llama of tests/data/pretrained/tiny/llama
-(C = 64, untied output head, its own BPE tokenizer.json) read by `posenc_jax.pretrained`.
-
-Until `posenc_jax.pretrained.load` lands, `load` here is the same contract put together from
-`open_safetensors` + `loader.build` + `Tokenizer.from_directory`."""
+(C = 64, untied output head, its own BPE tokenizer.json) read by `posenc_jax.pretrained.load`,
+the loader `python -m train.extend` passes to the runner."""
 
 import os
 import pathlib
-import types
 
 from configs import extend_smollm2
-from posenc_jax.pretrained.loader import build
-from posenc_jax.pretrained.safetensors_io import open_safetensors
-from posenc_jax.pretrained.tokenizer import Tokenizer
+from posenc_jax import pretrained
 from train.extend import runner
 
 TINY = pathlib.Path(__file__).resolve().parent / "data" / "pretrained" / "tiny"
-
-
-def load(path, *, dtype="float32", rope_scaling=None):
-    model, config, hf = build(open_safetensors(path), dtype=dtype, rope_scaling=rope_scaling)
-    return types.SimpleNamespace(model=model, config=config, hf_config=hf,
-                                 tokenizer=Tokenizer.from_directory(path))
 
 
 def test_the_study_on_a_tiny_real_checkpoint(tmp_path):
@@ -31,7 +20,8 @@ def test_the_study_on_a_tiny_real_checkpoint(tmp_path):
     config.lengths = "C/2,C,2C"
     config.passkey.update(lengths="4C", depths="0.5", max_new_tokens=6)
     config.calibrate_len = 32
-    rows = runner.run(config, str(tmp_path / "ext"), load=load, progress=False)
+    config.calibrate_attention_len = 64
+    rows = runner.run(config, str(tmp_path / "ext"), load=pretrained.load, progress=False)
     assert sorted(rows) == sorted(f"smollm2+{m}@{k}" for m in ("none", "yarn", "longrope")
                                   for k in ("128.ppl.prose", "256.passkey"))
     yarn, none = rows["smollm2+yarn@128.ppl.prose"], rows["smollm2+none@128.ppl.prose"]

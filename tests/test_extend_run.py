@@ -12,7 +12,7 @@ from flax import nnx
 from configs import extend_smollm2
 from posenc_jax.model.config import TransformerConfig
 from posenc_jax.model.transformer import Transformer
-from train.extend import finetune, measure, runner, table
+from train.extend import finetune, measure, readme, runner, table
 
 _BUILT = {}
 
@@ -42,6 +42,7 @@ def tiny_config(tmp_path):
     config.lengths = "C/2,C,2C"
     config.passkey.update(lengths="2C", depths="0,1", max_new_tokens=6)
     config.calibrate_len = 16
+    config.calibrate_attention_len = 64
     return config
 
 
@@ -79,6 +80,11 @@ def test_end_to_end_then_rerun_does_nothing(tmp_path, capsys):
     with open(os.path.join(workdir, "report.md")) as f:
         report = f.read()
     assert "| linear |" in report and "not yet measured" in report
+    assert "Passkey was measured up to 64 tokens only" not in report  # it reached 2C
+    section = readme.section(workdir, link="docs/extend")
+    assert "| linear | 2 |" in section and "| none | 1 |" in section
+    assert "![perplexity by position](docs/extend/ppl_by_position_smollm2.png)" in section
+    assert "Not yet measured" in readme.section(str(tmp_path / "empty"))
     calls.clear()
     again = runner.run(config, workdir, load=tiny_load(calls), progress=False)
     assert again == rows and calls == []  # every result reused: nothing loaded

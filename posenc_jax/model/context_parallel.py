@@ -7,23 +7,36 @@ indices). Queries stay where they are; keys and values come to them in one of tw
 
 * "ring": K, V and their positions, segment ids and key mask travel round the axis by
   `jax.lax.ppermute`, one neighbour hop per step; at step s device i scores its queries
-  against the chunk of device (i - s) mod N with blockwise attention
-  (`blockwise.attend_blockwise_lse`: the encoding's bias evaluated on the block's global
-  positions, masks from positions) and merges the partial results by the online-softmax
-  rule: lse = logaddexp(lse, lse_s), out = e^(lse_old - lse) out + e^(lse_s - lse) out_s.
-  No device ever holds more than two K/V chunks (the one it scores, the one arriving).
-  Backward: a `jax.custom_vjp` ring. Autodiff through the forward loop would be correct
-  but saves every visiting K/V chunk as a residual (full-length K/V per device, the memory
-  the ring exists to avoid); instead the backward sends K, V and their gradient
-  accumulators dK, dV round the ring again (N hops, so each dK, dV arrives home complete),
-  and at each step takes the vjp of the same blockwise step with the cotangents of the
+  against the chunk of device (i - s) mod N and merges the partial results by the
+  online-softmax rule: lse = logaddexp(lse, lse_s), out = e^(lse_old - lse) out +
+  e^(lse_s - lse) out_s. No device ever holds more than two K/V chunks (the one it scores,
+  the one arriving). Backward: a `jax.custom_vjp` ring. Autodiff through the forward loop
+  would be correct but saves every visiting K/V chunk as a residual (full-length K/V per
+  device, the memory the ring exists to avoid); instead the backward sends K, V and their
+  gradient accumulators dK, dV round the ring again (N hops, so each dK, dV arrives home
+  complete), and at each step takes the vjp of the same step with the cotangents of the
   merge: d out_s = w_s d out, d lse_s = w_s (d out . out_s - d out . out), w_s =
   e^(lse_s - lse). That vjp covers dq, dk, dv and every encoding parameter (T5's table,
   FIRE's MLP, KERPLE's), which accumulate on each device and are summed over devices by
   shard_map's transpose of the replicated params.
 * "all_gather": K, V (+ positions, segment ids, key mask) are all-gathered along the axis
-  and each device runs blockwise attention of its queries against the full length.
-  Backward by autodiff (the transpose of all_gather is a reduce-scatter of dK, dV).
+  and each device runs one step of its queries against the full length. Backward by
+  autodiff (the transpose of all_gather is a reduce-scatter of dK, dV).
+
+What a step runs (`step=`, both modes; "auto" by default), chosen by the platform lowered
+for (`jax.lax.platform_dependent`, as the kernel itself chooses Triton / Mosaic):
+  cuda, tpu: the Pallas kernel, `kernels.flash_attention(..., return_lse=True)`, forward
+    and backward (its custom_vjp takes the d lse_s above exactly, through delta' =
+    rowsum(dO O) - d lse; `kernels/lse.py`), the bias evaluated in-kernel on each block's
+    global positions -- where the "pallas" backend supports the encoding at these shapes
+    (`Backend.supports`: an elementwise bias, no value term or block transform, and on the
+    accelerator this process runs on, a trial lowering); otherwise blockwise;
+  cpu (and any other platform): blockwise attention (`blockwise.attend_blockwise_lse`).
+  step="kernel" runs the kernel everywhere (interpret mode on CPU: the tests), "blockwise"
+  blockwise everywhere. One rotation rule for every step: q and k arrive ROTATED at their
+  global positions (the caller's rotate hook, once per token), and the kernel runs without
+  in-kernel rotation: rotating k in-kernel would redo it at every one of the N steps.
+  The backward's vjp of a step recomputes that step's forward (out_s, lse_s).
 
 Bytes moved (per device, one attention layer, forward; b = bytes per element, B the local
 batch rows, K kv heads, D head dim, C = L / N the local length):
@@ -31,10 +44,11 @@ batch rows, K kv heads, D head dim, C = L / N the local length):
   all_gather:  one collective receiving (N - 1) 2 B C K D b
 The totals are equal, (N - 1) / N * 2 B L K D b; the ring hides each hop behind a step of
 compute (needs a step's FLOPs, 4 B C^2 H D, to outlast a hop) and holds 2 chunks, the
-all-gather holds 2 B L K D b of K/V per device and pays one latency. The backward moves
-twice the ring's forward bytes (K, V and dK, dV, N hops). So: all-gather wins with few KV
-heads (GQA / MQA: full-length K/V is small next to the activations) and short chunks
-(latency-bound hops); the ring wins when full-length K/V does not fit, i.e. at long L with
+all-gather holds 2 B L K D b of K/V per device and pays one latency. The ring's backward
+moves N hops of 2 B C K D (b + 4) (K, V and the float32 dK, dV). Whichever step runs (kernel
+or blockwise), the bytes are the same. So: all-gather wins with few KV heads (GQA / MQA:
+full-length K/V is small next to the activations) and short chunks (latency-bound hops);
+the ring wins when full-length K/V does not fit, i.e. at long L with
 many KV heads. docs/context_parallel.md has the memory per device.
 
 Shapes (global; inside shard_map each is the device's slice): B batch, L length, H query
@@ -54,13 +68,14 @@ from jax.sharding import PartitionSpec as P
 
 from posenc_jax.checks import one_of, positive_int
 from posenc_jax.encodings.base import Encoding
-from posenc_jax.model import backends
+from posenc_jax.model import backends, kernels
 from posenc_jax.model.blockwise import attend_blockwise_lse
 
-__all__ = ["MODES", "ContextAxis", "all_gather_attention", "check_mode", "context_attention",
-           "current_context_axis", "ring_attention"]
+__all__ = ["MODES", "STEPS", "ContextAxis", "all_gather_attention", "check_mode",
+           "context_attention", "current_context_axis", "ring_attention"]
 
 MODES = ("ring", "all_gather")
+STEPS = ("auto", "kernel", "blockwise")
 Array = jax.Array
 
 
@@ -167,7 +182,13 @@ def _make_ring(step, axis_name: str, size: int):
     return ring
 
 
-def _step_fn(encoding, causal, window, block_q, block_k):
+def _shapes(q, k, k_len: int, window) -> backends.Shapes:
+    """The sizes the "pallas" backend's support check reads (one step's q against k_len)."""
+    b, lq, h, d = q.shape
+    return backends.Shapes(b, lq, k_len, h, k.shape[2], d, window)
+
+
+def _blockwise_step(encoding, causal, window, block_q, block_k):
     def step(q, k, v, params, q_meta, kv_meta):
         (qp, qs), (kp, ks, km) = q_meta, kv_meta
         return attend_blockwise_lse(q, k, v, encoding=encoding, params=params, q_positions=qp,
@@ -177,11 +198,48 @@ def _step_fn(encoding, causal, window, block_q, block_k):
     return step
 
 
+def _pow2(n: int) -> int:
+    """The largest power of two <= n (the kernel's interpret-mode blocks)."""
+    return 1 << (max(int(n), 1).bit_length() - 1)
+
+
+def _kernel_step(encoding, causal, window, block_q, block_k, kernel_blocks):
+    def step(q, k, v, params, q_meta, kv_meta):
+        (qp, qs), (kp, ks, km) = q_meta, kv_meta
+        return kernels.flash_attention(
+            q, k, v, encoding=encoding, params=params, q_positions=qp, k_positions=kp,
+            causal=causal, q_segment_ids=qs, k_segment_ids=ks, k_mask=km, rotation=None,
+            block_q=_pow2(block_q), block_k=_pow2(block_k), blocks=kernel_blocks,
+            window=window, return_lse=True)
+    return step
+
+
+def _step_fn(encoding, causal, window, block_q, block_k, *, step="auto", kernel_blocks=None,
+             shapes: backends.Shapes | None = None):
+    """`step(q, k, v, params, q_meta, kv_meta) -> (out f32, lse f32)`: "blockwise", "kernel"
+    (the Pallas kernel; interpret mode on CPU) or "auto": by the platform lowered for
+    (`jax.lax.platform_dependent`), the kernel on cuda / tpu where the "pallas" backend
+    supports the encoding at these shapes, blockwise everywhere else."""
+    blockwise = _blockwise_step(encoding, causal, window, block_q, block_k)
+    if step == "blockwise":
+        return blockwise
+    kernel = _kernel_step(encoding, causal, window, block_q, block_k, kernel_blocks)
+    if step == "kernel":
+        return kernel
+    pallas = backends.get(backends.PALLAS)
+    on = {p: kernel for p in ("cuda", "tpu")
+          if pallas.supports(encoding, causal=causal, shapes=shapes, platform=p) is None}
+    if not on:
+        return blockwise
+    return lambda *args: jax.lax.platform_dependent(*args, default=blockwise, **on)
+
+
 def ring_attention(q: Array, k: Array, v: Array, *, encoding: Encoding, params: Any,
                    q_positions: Array, k_positions: Array, causal: bool = True,
                    q_segment_ids: Array | None = None, k_segment_ids: Array | None = None,
                    k_mask: Array | None = None, window: int | None = None, axis_name: str,
-                   axis_size: int, block_q: int = 256, block_k: int = 256) -> Array:
+                   axis_size: int, block_q: int = 256, block_k: int = 256,
+                   step: str = "auto", kernel_blocks: Any = None) -> Array:
     """Ring attention of this device's queries against every device's keys (call it inside
     `shard_map` over `axis_name`, of `axis_size` devices; see the module docstring).
 
@@ -189,12 +247,17 @@ def ring_attention(q: Array, k: Array, v: Array, *, encoding: Encoding, params: 
       q: [B, C, H, D]; k, v: [B, C, K, D]; q_positions, q_segment_ids: [B|1, C];
       k_positions, k_segment_ids, k_mask: [B|1, C] (segment ids and k_mask may be None).
       window: None or the sliding window (visible iff q_position - k_position < window).
+      step: what each step runs (`STEPS`): "auto" (the Pallas kernel on cuda / tpu where it
+        supports the encoding, blockwise elsewhere), "kernel" (also on CPU, interpret mode:
+        for tests) or "blockwise". block_q, block_k: blockwise's (and interpret mode's)
+        blocks; kernel_blocks: the kernel's GPU / TPU blocks (`kernels.kernel_blocks`).
 
     Returns:
       [B, C, H, D] in q.dtype, equal to attention of q against all N * C keys.
     """
-    ring = _make_ring(_step_fn(encoding, causal, window, block_q, block_k), axis_name,
-                      positive_int("axis_size", axis_size))
+    fn = _step_fn(encoding, causal, window, block_q, block_k, step=step,
+                  kernel_blocks=kernel_blocks, shapes=_shapes(q, k, k.shape[1], window))
+    ring = _make_ring(fn, axis_name, positive_int("axis_size", axis_size))
     return ring(q, (k, v), params, (q_positions, q_segment_ids),
                 (k_positions, k_segment_ids, k_mask))
 
@@ -204,13 +267,16 @@ def all_gather_attention(q: Array, k: Array, v: Array, *, encoding: Encoding, pa
                          q_segment_ids: Array | None = None, k_segment_ids: Array | None = None,
                          k_mask: Array | None = None, window: int | None = None,
                          axis_name: str, axis_size: int = 0, block_q: int = 256,
-                         block_k: int = 256) -> Array:
+                         block_k: int = 256, step: str = "auto",
+                         kernel_blocks: Any = None) -> Array:
     """As `ring_attention`, but K, V and their positions / ids / mask are all-gathered along
     `axis_name` first (each device then holds full-length K/V). `axis_size` is unused."""
     del axis_size
     gather = functools.partial(jax.lax.all_gather, axis_name=axis_name, axis=1, tiled=True)
     k, v, kp, ks, km = jax.tree.map(gather, (k, v, k_positions, k_segment_ids, k_mask))
-    out, _ = _step_fn(encoding, causal, window, block_q, block_k)(
+    fn = _step_fn(encoding, causal, window, block_q, block_k, step=step,
+                  kernel_blocks=kernel_blocks, shapes=_shapes(q, k, k.shape[1], window))
+    out, _ = fn(
         q, k, v, params, (q_positions, q_segment_ids), (kp, ks, km))
     return out.astype(q.dtype)
 
@@ -220,19 +286,22 @@ def context_attention(q: Array, k: Array, v: Array, *, encoding: Encoding, param
                       q_segment_ids: Array | None = None, k_segment_ids: Array | None = None,
                       k_mask: Array | None = None, window: int | None = None, mesh,
                       context_axis: str = "context", batch_axes: tuple[str, ...] = (),
-                      mode: str = "ring", block_q: int = 256, block_k: int = 256) -> Array:
+                      mode: str = "ring", block_q: int = 256, block_k: int = 256,
+                      step: str = "auto", kernel_blocks: Any = None) -> Array:
     """Attention of global arrays whose length axis is split over `context_axis` of `mesh`
     (a Mesh or AbstractMesh; inside `jax.jit` the one of `jax.set_mesh`).
 
     q [B, L, H, D], k, v [B, L, K, D] (already rotated at their positions), positions /
-    segment ids / k_mask [B|1, L], as `posenc_jax.model.attention.attend`. The batch axis is
+    segment ids / k_mask [B|1, L], as `posenc_jax.model.attention.attend`; `step` and
+    `kernel_blocks` as `ring_attention` (the same in both modes). The batch axis is
     split over `batch_axes`, the length over `context_axis`; heads are not split here (a
     tensor-sharded head axis is gathered for the call). Returns [B, L, H, D] in q.dtype.
     Raises ValueError for an unknown mode, an encoding blockwise attention cannot serve, or a
     length / batch not divisible by its axes.
     """
     check_mode(mode)
-    backends.check(backends.BLOCKWISE, encoding, causal=causal)  # each step is blockwise
+    one_of("context_step", step, STEPS)
+    backends.check(backends.BLOCKWISE, encoding, causal=causal)  # CPU steps are blockwise
     size = int(mesh.shape[context_axis])
     batch_axes = tuple(batch_axes)
     rows = 1
@@ -258,7 +327,8 @@ def context_attention(q: Array, k: Array, v: Array, *, encoding: Encoding, param
         qp, kp, qs, ks, km = metas
         return fn(q, k, v, encoding=encoding, params=params, q_positions=qp, k_positions=kp,
                   causal=causal, q_segment_ids=qs, k_segment_ids=ks, k_mask=km, window=window,
-                  axis_name=context_axis, axis_size=size, block_q=block_q, block_k=block_k)
+                  axis_name=context_axis, axis_size=size, block_q=block_q, block_k=block_k,
+                  step=step, kernel_blocks=kernel_blocks)
 
     mapped = jax.shard_map(
         body, mesh=mesh, out_specs=heads, check_vma=False,

@@ -23,11 +23,7 @@ def main(argv: Sequence[str]) -> None:
         logging.set_verbosity(logging.WARNING)
     if len(argv) > 1:
         raise ValueError(f"unexpected arguments {argv[1:]}")
-    load = getattr(pretrained, "load", None)  # issue 21's loader; absent in older checkouts
-    if load is None:
-        raise SystemExit("train.extend needs posenc_jax.pretrained.load (issue 21), which this "
-                         "checkout does not have yet")
-    runner.run(flags.FLAGS.config, flags.FLAGS.workdir, load=load)
+    runner.run(flags.FLAGS.config, flags.FLAGS.workdir, load=pretrained.load)
 
 
 if __name__ == "__main__":

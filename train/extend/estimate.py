@@ -1,24 +1,29 @@
 """The time estimate printed before the first job, calibrated on this machine.
 
-    cost = Cost.calibrate(model_config, forward_seconds=t, length=n, compile_s=c, load_s=l)
+    cost = Cost.calibrate(model_config, forward_seconds=t, length=n, compile_s=c, load_s=l,
+                          attention_seconds=ta, attention_length=na)
     cost.seconds(job)            the estimated seconds of one job
 
 How it is calibrated: the runner loads the first model, times one forward of `calibrate_len`
-tokens after its compile (and the compile, and the load), and divides the forward's FLOPs
-(`forward_flops`) by that time: a rate in FLOP/s measured here and now, under this machine's
-load. Every job is then its FLOPs over that rate, plus one compile and one load:
+tokens after its compile (and the compile, and the load), and one layer's attention over
+`calibrate_attention_len` tokens alone (`measure.attention_seconds`). Two rates in FLOP/s,
+measured here and now under this machine's load: attention's (its FLOPs over its time) and the
+weight matmuls' (their FLOPs over the rest of the forward's time). Every job is then its FLOPs
+over those rates, plus its compiles and one load per scaling:
 
-  ppl       one forward of n tokens
-  passkey   per prompt, a forward of n tokens (the prefill) and `max_new_tokens` decode steps
-            of one token over n cached ones; a length-dependent scaling (the registry says:
-            dynamic NTK) rebuilds the whole cache at every step past C
-            (`posenc_jax.model.kv_cache`), i.e. one more forward of n per step
+  ppl       one forward of n tokens; one compile
+  passkey   per prompt, a forward of n tokens (the prefill) and `max_new_tokens` - 1 decode
+            steps of one token over n cached ones; a length-dependent scaling (the registry
+            says: dynamic NTK) rebuilds the whole cache at every step past C
+            (`posenc_jax.model.kv_cache`), i.e. one more forward of n per step;
+            `GENERATE_COMPILES` compiles (prefill with a cache + the decode scan)
 
-`forward_flops` counts the matmuls: 2 x the weights touched per token (q, k, v, o, MLP, output
-projection) plus causal attention's 2 L H D per token per layer (QK^T and PV over half the
-keys on average: the blockwise kernel skips blocks above the diagonal). Long lengths are
-dominated by that quadratic term, which the short calibration forward under-weights; the
-printed estimate is a measured rate times a FLOP count, not a measurement.
+`linear_flops` counts the weight matmuls: 2 x the weights touched per token (q, k, v, o, MLP,
+output projection); `attention_flops` causal attention's 2 L H D per token per layer (QK^T and
+PV over half the keys on average: the blockwise kernel skips blocks above the diagonal). At
+16k tokens attention is two thirds of SmolLM2's FLOPs and runs at a lower rate than the
+matmuls: a single rate from a short forward (where it is 6%) under-estimated long lengths.
+The printed estimate is measured rates times FLOP counts, not a measurement.
 """
 
 from __future__ import annotations
@@ -27,13 +32,30 @@ import dataclasses
 
 from train.extend.plan import Job, PasskeyJob, PplJob
 
+#: compiles of one passkey job in units of the calibration forward's compile: `generate`
+#: compiles the prefill with a KV cache and the decode scan (SmolLM2 on 2 loaded cores:
+#: 48 s against 17-18 s for a forward; docs/extend.md, "The estimate")
+GENERATE_COMPILES = 2.5
+
+
+def linear_flops(mc, n: int) -> float:
+    """FLOPs of the matmuls with the weights in one forward of n tokens (q, k, v, o, MLP,
+    output projection): 2 x the weights touched per token."""
+    e, h, k, d, f = mc.embed_dim, mc.num_heads, mc.num_kv_heads, mc.head_dim, mc.mlp_dim
+    mlp = (3 if mc.mlp_activation == "swiglu" else 2) * e * f
+    return n * 2.0 * (mc.num_layers * (2 * e * h * d + 2 * e * k * d + mlp) + e * mc.vocab_size)
+
+
+def attention_flops(mc, n: int, *, layers: int | None = None) -> float:
+    """FLOPs of causal attention over n tokens in `layers` layers (default all): 2 L H D per
+    token per layer (QK^T and PV over half the keys on average)."""
+    layers = mc.num_layers if layers is None else layers
+    return 2.0 * layers * mc.num_heads * mc.head_dim * float(n) * n
+
 
 def forward_flops(mc, n: int) -> float:
     """FLOPs of one causal forward of n tokens of a TransformerConfig `mc`."""
-    e, h, k, d, f = mc.embed_dim, mc.num_heads, mc.num_kv_heads, mc.head_dim, mc.mlp_dim
-    mlp = (3 if mc.mlp_activation == "swiglu" else 2) * e * f
-    per_token = 2.0 * (mc.num_layers * (2 * e * h * d + 2 * e * k * d + mlp) + e * mc.vocab_size)
-    return n * per_token + 2.0 * mc.num_layers * h * d * float(n) * n
+    return linear_flops(mc, n) + attention_flops(mc, n)
 
 
 def decode_flops(mc, n: int) -> float:
@@ -43,19 +65,39 @@ def decode_flops(mc, n: int) -> float:
 
 @dataclasses.dataclass(frozen=True)
 class Cost:
-    """A measured rate (FLOP/s), compile and load seconds, and the model's config."""
+    """Measured rates (FLOP/s) of the weight matmuls and of attention, the compile and load
+    seconds, and the model's config. `attention_flops_per_s` None: one rate for both."""
 
     flops_per_s: float
     compile_s: float
     load_s: float
     model_config: object
+    attention_flops_per_s: float | None = None
 
     @classmethod
     def calibrate(cls, model_config, *, forward_seconds: float, length: int, compile_s: float,
-                  load_s: float) -> Cost:
-        rate = forward_flops(model_config, length) / max(forward_seconds, 1e-9)
-        return cls(flops_per_s=rate, compile_s=compile_s, load_s=load_s,
-                   model_config=model_config)
+                  load_s: float, attention_seconds: float | None = None,
+                  attention_length: int = 0) -> Cost:
+        """From one forward of `length` tokens taking `forward_seconds`; with
+        `attention_seconds` (one layer's attention over `attention_length` tokens, timed
+        alone) attention gets its own rate and the forward's remaining time sets the
+        matmuls' rate (at least half the forward's time is kept for them)."""
+        mc, forward_seconds = model_config, max(forward_seconds, 1e-9)
+        if attention_seconds is None:
+            return cls(flops_per_s=forward_flops(mc, length) / forward_seconds,
+                       compile_s=compile_s, load_s=load_s, model_config=mc)
+        attn = attention_flops(mc, attention_length, layers=1) / max(attention_seconds, 1e-9)
+        rest = max(forward_seconds - attention_flops(mc, length) / attn, 0.5 * forward_seconds)
+        return cls(flops_per_s=linear_flops(mc, length) / rest, compile_s=compile_s,
+                   load_s=load_s, model_config=mc, attention_flops_per_s=attn)
+
+    def forward_seconds(self, n: int) -> float:
+        """Estimated seconds of one forward of n tokens (no compile)."""
+        mc = self.model_config
+        if self.attention_flops_per_s is None:
+            return forward_flops(mc, n) / self.flops_per_s
+        return (linear_flops(mc, n) / self.flops_per_s
+                + attention_flops(mc, n) / self.attention_flops_per_s)
 
     def flops(self, job: Job) -> float:
         mc, n = self.model_config, job.length
@@ -68,9 +110,18 @@ class Cost:
         raise TypeError(f"no cost for a job of kind {job.kind!r}")
 
     def seconds(self, job: Job, *, loads: bool = True) -> float:
-        """Estimated seconds of `job` (a compile, a load when `loads`)."""
-        return (self.flops(job) / self.flops_per_s + self.compile_s
-                + (self.load_s if loads else 0.0))
+        """Estimated seconds of `job` (its compiles, a load when `loads`)."""
+        mc, n = self.model_config, job.length
+        if isinstance(job, PplJob):
+            run, compiles = self.forward_seconds(n), 1.0
+        elif isinstance(job, PasskeyJob):
+            steps = job.max_new_tokens - 1
+            per = (self.forward_seconds(n) * (1 + (steps if job.length_dependent else 0))
+                   + steps * decode_flops(mc, n) / self.flops_per_s)
+            run, compiles = job.trials * per, GENERATE_COMPILES
+        else:
+            raise TypeError(f"no cost for a job of kind {job.kind!r}")
+        return run + compiles * self.compile_s + (self.load_s if loads else 0.0)
 
 
 def total_seconds(cost: Cost, jobs) -> float:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import functools
 import itertools
 import math
+import time
 from collections.abc import Callable, Sequence
 
 import jax
@@ -28,6 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from posenc_jax.model.attention import attend
 from posenc_jax.model.generate import generate
 
 CHUNK = 1024  # positions per output-projection chunk: [CHUNK, V] float32 live at a time
@@ -112,6 +114,29 @@ def check_head(model, ids: Sequence[int], *, atol: float = 1e-3) -> None:
         raise ValueError(f"the chunked loss differs from the model's logits by {worst:.3g} "
                          f"(> {atol}): the model's output head is not the (tied) projection "
                          "`train.extend.measure` computes")
+
+
+def attention_seconds(model, n: int) -> float:
+    """Seconds of one layer's causal attention over n tokens as the model runs it (its
+    first layer's encoding, its attention implementation and block size; random q, k, v
+    [1, n, H, D] / [1, n, K, D] in the model's dtype), timed after its compile: the rate of
+    the attention term of `estimate`, apart from the matmuls'."""
+    cfg, layer = model.config, model.layers[0].attn
+    keys = jax.random.split(jax.random.key(0), 3)
+    dt = jnp.dtype(cfg.dtype)
+    q = jax.random.normal(keys[0], (1, n, cfg.num_heads, cfg.head_dim), dt)
+    k, v = (jax.random.normal(kk, (1, n, cfg.num_kv_heads, cfg.head_dim), dt)
+            for kk in keys[1:])
+    pos = jnp.arange(n, dtype=jnp.int32)
+    pe = {name: p[...] for name, p in layer.pe.items()}
+    fn = jax.jit(lambda q, k, v: attend(q, k, v, encoding=layer.encoding, params=pe,
+                                        q_positions=pos, k_positions=pos, causal=True,
+                                        implementation=cfg.attention, block_q=cfg.block_size,
+                                        block_k=cfg.block_size, window=layer.window))
+    fn(q, k, v).block_until_ready()
+    start = time.perf_counter()
+    fn(q, k, v).block_until_ready()
+    return time.perf_counter() - start
 
 
 def bucket_edges(context: int, length: int) -> list[tuple[int, int]]:

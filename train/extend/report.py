@@ -26,16 +26,20 @@ def paths(workdir: str) -> str:
     return ", ".join(os.path.join(workdir, f) for f in FILES[:4])
 
 
-def summary(plan: Plan, todo, *, total: float, cost) -> str:
+def summary(plan: Plan, todo, *, total: float, cost, calibrated_s: float = 0.0) -> str:
     kinds = {k: sum(1 for j in todo if j.kind == k) for k in ("ppl", "passkey")}
+    attn = ("" if cost.attention_flops_per_s is None else
+            f", one layer's attention over {plan.config.calibrate_attention_len} tokens at "
+            f"{cost.attention_flops_per_s / 1e9:.1f} GFLOP/s")
     return (f"extend: models {list(plan.models)}, methods {list(plan.methods)}, lengths "
             f"{ {m: list(v) for m, v in plan.lengths.items()} }; to do: {kinds['ppl']} "
             f"perplexity and {kinds['passkey']} passkey jobs of {len(plan.jobs)}; estimated "
-            f"{total / 60:.1f} min (calibrated here: one forward of "
-            f"{plan.config.calibrate_len} tokens ran at {cost.flops_per_s / 1e9:.1f} GFLOP/s, "
-            f"compile {cost.compile_s:.1f} s, load {cost.load_s:.1f} s; jobs = FLOPs / that "
-            "rate + a compile + a load: `train.extend.estimate`) -- an estimate, not a "
-            "measurement")
+            f"{total / 60:.1f} min after {calibrated_s / 60:.1f} min of calibration (here: "
+            "one forward of "
+            f"{plan.config.calibrate_len} tokens ran its matmuls at "
+            f"{cost.flops_per_s / 1e9:.1f} GFLOP/s{attn}, compile {cost.compile_s:.1f} s, "
+            f"load {cost.load_s:.1f} s; jobs = FLOPs / those rates + compiles + a load: "
+            "`train.extend.estimate`) -- an estimate, not a measurement")
 
 
 def describe(row: Mapping[str, Any]) -> str:
@@ -76,9 +80,18 @@ def _model_section(plan: Plan, model: str, ppl, buckets, passkey) -> list[str]:
            "measured up to it).", "",
            "| method | perplexity within 10% up to | passkey >= 0.9 up to | both |",
            "|---|---|---|---|"]
+    pk_max = max((int(r["length"]) for r in passkey if r["model"] == model), default=0)
+    ppl_max = max((int(r["length"]) for r in ppl if r["model"] == model), default=0)
+
+    def bound(n, longest):  # a criterion that held at the longest length measured
+        return _len(n, context) + ("; the longest measured" if n and n == longest
+                                   and longest < ppl_max else "")
     for s in sup:
         out.append(f"| {s['method']} | {_len(s['ppl_len'], context)} | "
-                   f"{_len(s['passkey_len'], context)} | {_len(s['both'], context)} |")
+                   f"{bound(s['passkey_len'], pk_max)} | {bound(s['both'], pk_max)} |")
+    if 0 < pk_max < ppl_max:
+        out += ["", (f"Passkey was measured up to {pk_max} tokens only (config.passkey.lengths): "
+                "the passkey and both columns cannot go past it.")]
     out += ["", (f"| YaRN fine-tuned to 4C ({4 * context}) | not yet measured | not yet "
                 f"measured | `{FINETUNE_COMMAND}` |"), ""]
     for text in texts:
@@ -139,9 +152,10 @@ def _scaling_notes(plan: Plan, results) -> list[str]:
 def _timing(plan: Plan, results, timings: Sequence[Mapping[str, Any]]) -> list[str]:
     out = ["## Time", ""]
     for t in timings:
-        est = t.get("estimate_s")
-        out.append(f"- {t['started']}: {t['jobs']} jobs, estimated "
-                   f"{'' if est is None else f'{est / 60:.1f} min, '}took "
+        est, cal = t.get("estimate_s"), t.get("calibrate_s", 0.0)
+        said = ("" if est is None else
+                f"{est / 60:.1f} min after {cal / 60:.1f} min of calibration, ")
+        out.append(f"- {t['started']}: {t['jobs']} jobs, estimated {said}took "
                    f"{t.get('wall_s', 0) / 60:.1f} min; load average at start "
                    f"{', '.join(f'{x:.1f}' for x in t.get('load_at_start', []))}")
     spent = sum(float(r.get("seconds", 0.0)) for r in results.values())

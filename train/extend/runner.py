@@ -152,10 +152,13 @@ RUNNERS = {PplJob.kind: run_ppl, PasskeyJob.kind: run_passkey}
 
 
 def calibrate(ctx: Context, name: str) -> estimate.Cost:
-    """Loads `name` (no scaling), checks the chunked loss against the model's logits, and
-    times one forward of config.calibrate_len tokens (compile timed apart)."""
+    """Loads `name` (no scaling), checks the chunked loss against the model's logits, times
+    one forward of config.calibrate_len tokens (compile timed apart) and, unless
+    config.calibrate_attention_len is 0, one layer's attention over that many tokens alone
+    (attention's own rate: at long lengths it is most of the FLOPs)."""
     _loaded, model = ctx.get(name, None)
-    n = int(ctx.plan.config.calibrate_len)
+    cfg = ctx.plan.config
+    n = int(cfg.calibrate_len)
     ids = ctx.text_ids(name, "prose", n + 1)
     measure.check_head(model, ids[: min(n, 256) + 1])
     start = time.perf_counter()
@@ -164,9 +167,12 @@ def calibrate(ctx: Context, name: str) -> estimate.Cost:
     start = time.perf_counter()
     measure.position_nll(model, ids)
     forward = time.perf_counter() - start
+    n_attn = int(cfg.get("calibrate_attention_len", 0) or 0)
+    attn = measure.attention_seconds(model, n_attn) if n_attn else None
     return estimate.Cost.calibrate(model.config, forward_seconds=forward, length=n,
                                    compile_s=max(0.0, first - forward),
-                                   load_s=ctx.load_seconds)
+                                   load_s=ctx.load_seconds, attention_seconds=attn,
+                                   attention_length=n_attn)
 
 
 class _Stop:
@@ -208,12 +214,16 @@ def _run(plan: Plan, load, progress: bool) -> dict[str, dict]:
     invocation = {"started": time.strftime("%Y-%m-%d %H:%M:%S"), "jobs": len(todo),
                   "load_at_start": list(os.getloadavg())}
     if todo:
+        start = time.perf_counter()
         cost = calibrate(ctx, todo[0].model)
+        invocation["calibrate_s"] = time.perf_counter() - start
         seconds = {job: cost.seconds(job) for job in todo}
         total = estimate.total_seconds(cost, todo)
         invocation.update(estimate_s=total, flops_per_s=cost.flops_per_s,
+                          attention_flops_per_s=cost.attention_flops_per_s,
                           compile_s=cost.compile_s, load_s=cost.load_s)
-        print(report.summary(plan, todo, total=total, cost=cost), flush=True)
+        print(report.summary(plan, todo, total=total, cost=cost,
+                             calibrated_s=invocation["calibrate_s"]), flush=True)
         bar = tqdm.tqdm(total=total, unit="s(est)", disable=not progress, dynamic_ncols=True,
                         bar_format="extend {percentage:3.0f}%|{bar}| {postfix} "
                                    "[{elapsed}<{remaining}]")

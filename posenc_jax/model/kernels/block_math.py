@@ -203,9 +203,12 @@ def fwd_step(st: Static, params, head, q: Side, k: Side, vs: list, carry):
 
 
 def fwd_finish(carry, dtype):
-    """(out chunks [bq, w] in dtype, lse [bq, 1] float32); rows that saw no key: 0 and 0."""
+    """(out chunks [bq, w] in dtype, lse [bq, 1] float32); rows that saw no key: 0 and NEG
+    (as `blockwise.attend_blockwise_lse`: such a row merges across key sets as weight 0; the
+    backward never reads it, its p is 0 wherever the mask hides)."""
     m, l, acc = carry
-    return [normalise(a, l).astype(dtype) for a in acc], log_normaliser(m, l)
+    return ([normalise(a, l).astype(dtype) for a in acc],
+            jnp.where(l > 0, log_normaliser(m, l), F32(NEG)))
 
 
 # --- backward: P = exp(S - lse), dS = P * (dO V^T - delta) -----------------------------

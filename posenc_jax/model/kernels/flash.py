@@ -29,6 +29,7 @@ from posenc_jax.checks import integer_array, positive_int
 from posenc_jax.encodings.base import Encoding, KernelRotation
 from posenc_jax.encodings.capabilities import BlockTransform, ElementwiseBias, ValueTerm
 from posenc_jax.model.kernels.blocks import kernel_blocks
+from posenc_jax.model.kernels.lse import core_lse
 from posenc_jax.model.kernels.static import Static
 from posenc_jax.model.kernels.vjp import core, padded_length
 from posenc_jax.model.scores import encoding_bias
@@ -110,7 +111,7 @@ def flash_attention(q, k, v, *, encoding: Encoding, params: Any, q_positions, k_
                     rotation: KernelRotation | None = None, block_q: int = 32,
                     block_k: int = 32, cpu_kernel: str = "gpu",
                     blocks: Any = None, interpret: Any = None,
-                    window: int | None = None) -> jax.Array:
+                    window: int | None = None, return_lse: bool = False) -> Any:
     """Flash attention with the encoding's positions applied in-kernel.
 
     Args:
@@ -129,9 +130,12 @@ def flash_attention(q, k, v, *, encoding: Encoding, params: Any, q_positions, k_
       window: sliding-window attention: a key at kp is visible to a query at qp only if
         qp - kp < window (with the causal rule, segments and the key mask); None: no limit.
         Key blocks wholly outside every query's window are skipped (never loaded).
+      return_lse: also return each row's log-sum-exp, differentiable (`lse.core_lse`).
 
     Returns:
-      [B, Lq, H, D] in q.dtype.
+      [B, Lq, H, D] in q.dtype; with `return_lse`, (out float32 [B, Lq, H, D] (rounded to
+      q.dtype by the kernel), lse float32 [B, Lq, H]), the convention of
+      `blockwise.attend_blockwise_lse` (lse = -1e30 and out = 0 for a row that sees no key).
     """
     check_supported(encoding)
     if window is not None:
@@ -143,6 +147,8 @@ def flash_attention(q, k, v, *, encoding: Encoding, params: Any, q_positions, k_
     if isinstance(encoding, ElementwiseBias):
         check_heads(encoding, params, h)
     if b == 0 or lq == 0 or lk == 0:  # as dense: no rows, or rows that see no key -> zeros
+        if return_lse:
+            return jnp.zeros(q.shape, jnp.float32), jnp.full(q.shape[:3], -1e30, jnp.float32)
         return jnp.zeros(q.shape, q.dtype)
     q_positions, k_positions = int32_positions(q_positions, k_positions)
     r = 0 if rotation is None else int(jnp.shape(rotation.inv_freq)[0])
@@ -179,5 +185,9 @@ def flash_attention(q, k, v, *, encoding: Encoding, params: Any, q_positions, k_
                 block_k=min(block_k, padded_length(lk)[1]), cpu_kernel=cpu_kernel,
                 blocks=kernel_blocks(blocks), interpret=interpret,
                 window=None if window is None else int(window))
+    if return_lse:
+        o, lse = core_lse(st, qt, kt, vt, aux, [jnp.asarray(x) for x in leaves])
+        return (jnp.transpose(o[:, :, :lq], (0, 2, 1, 3)).astype(jnp.float32),
+                jnp.transpose(lse[:, :, :lq, 0], (0, 2, 1)))
     out = core(st, qt, kt, vt, aux, [jnp.asarray(x) for x in leaves])
     return jnp.transpose(out[:, :, :lq], (0, 2, 1, 3))           # v's features: no undo
