@@ -3,7 +3,8 @@
     bash scripts/device_check.sh OUT            # one H200, about 8 minutes
     bash scripts/device_check.sh --smoke OUT    # the same on CPU with tiny shapes, < 3 min
 
-Section time limits are in FULL / SMOKE below (x $DEVICE_CHECK_BUDGET_SCALE, default 1: the
+$DEVICE_CHECK_SECTIONS (comma-separated) runs only those sections, the others recorded as
+skipped. Section time limits are in FULL / SMOKE below (x $DEVICE_CHECK_BUDGET_SCALE, default 1: the
 test sets 3, so a loaded CPU does not cut the smoke short). Writes OUT/device_check.json (keys platform, jax_version, device, mode, tests, rope,
 attention, train, study, extend_finetune, seconds) and OUT/device_check.md. Each section runs in its own
 process with its own time limit (so a crash, a hang or an out-of-memory in one part loses
@@ -156,7 +157,17 @@ def drive(outdir: pathlib.Path, smoke: bool) -> dict:
     report = {"mode": "smoke" if smoke else "full"}
     start = time.time()
     scale = float(os.environ.get("DEVICE_CHECK_BUDGET_SCALE", "1"))  # for loaded machines
+    only = os.environ.get("DEVICE_CHECK_SECTIONS")  # comma-separated; default: every section
+    chosen = SECTIONS if not only else tuple(x.strip() for x in only.split(","))
+    unknown = sorted(set(chosen) - set(SECTIONS))
+    if unknown:
+        raise ValueError(f"DEVICE_CHECK_SECTIONS names unknown sections {unknown}; "
+                         f"the sections are {', '.join(SECTIONS)}")
     for name in SECTIONS:
+        if name not in chosen:
+            report[name] = {"section_status": f"skipped: not in DEVICE_CHECK_SECTIONS={only}",
+                            "seconds": 0.0}
+            continue
         budget = shapes["budget"][name]
         if budget is None:  # what is left of the total
             budget = max(shapes["total_budget"] - (time.time() - start) / scale, 5)

@@ -98,8 +98,9 @@ def test_lse_entry_point_values_and_vjp_with_an_lse_cotangent():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name,window", [("rope", None), ("alibi", 7), ("t5", None),
-                                         ("fire", None)])
+@pytest.mark.parametrize("name,window", [
+    ("rope", None), ("alibi", 7), ("t5", None),
+    pytest.param("fire", None, marks=pytest.mark.full)])  # fire: 76 s; its blockwise ring runs
 def test_kernel_ring_equals_one_device(mesh, name, window):
     enc = for_model(name, {}, embed_dim=H * D, num_heads=H, head_dim=D)
     params = enc.init(jax.random.key(1))

@@ -179,7 +179,8 @@ class Attention(nnx.Module):
                 k_positions=kp, causal=cfg.causal, q_segment_ids=segment_ids,
                 k_segment_ids=ks, mesh=context.mesh, context_axis=context.axis,
                 batch_axes=context.batch_axes, mode=cfg.context_mode,
-                block_q=cfg.block_size, block_k=cfg.block_size, window=self.window)
+                block_q=cfg.block_size, block_k=cfg.block_size, window=self.window,
+                kernel_blocks=cfg.kernel_blocks)
         else:
             out = attend(q, k_all, v_all, encoding=self.encoding, params=pe,
                          q_positions=positions, k_positions=kp, causal=cfg.causal,
