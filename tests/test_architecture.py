@@ -37,6 +37,8 @@ PROJECT = PACKAGES + SCRIPT_DIRS
 TORCH_ONLY = {
     "benchmarks/torch_twin.py": "the PyTorch twin model (bench extra)",
     "benchmarks/vs_pytorch.py": "its torch worker process (bench extra; CI runs the JAX side)",
+    "benchmarks/pretrained_forward.py": "its transformers worker process (bench extra; CI runs "
+                                        "the JAX side's --smoke)",
     "scripts/make_*golden*.py": "golden-file writers, run in a throwaway venv",
     "scripts/hf_golden_*.py": "golden-file writers' parts, run in a throwaway venv",
     "scripts/pretrained_golden_*.py": "golden-file writers' parts, run in a throwaway venv",
