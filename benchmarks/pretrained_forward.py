@@ -74,7 +74,7 @@ def torch_missing(python: str) -> str | None:
 
 def torch_worker(gguf: str, attention: str, threads: int) -> None:
     """Loads transformers' model, then answers `L` lines on stdin with one timed forward."""
-    import torch
+    import torch  # only in the worker: torch is the bench extra's, never the package's
     import transformers
 
     torch.set_num_threads(threads)
@@ -125,6 +125,8 @@ class TorchWorker:
 # --- ours -----------------------------------------------------------------------------------
 class Ours:
     def __init__(self, path: pathlib.Path, attention: str):
+        # Imported here, not at the top: the torch worker runs this same file and must not
+        # start JAX's thread pool beside torch's (no cycle is involved).
         import jax
         from flax import nnx
 
