@@ -39,8 +39,8 @@ FULL = {
     "extend_steps": 200,
     "total_budget": 500,  # seconds for all sections: the study gets what is left
     "smoke": False,
-    "pytest": ["tests/test_pallas.py", "tests/test_attention.py", "tests/test_precision.py",
-               "tests/test_scan.py"],
+    "pytest": ["tests/model/test_pallas.py", "tests/model/test_attention.py", "tests/encodings/test_precision.py",
+               "tests/model/test_scan.py"],
 }
 SMOKE = {
     "numerics": (1, 64, 2, 16), "block": 16, "rope": (1, 128, 2, 16), "reps": 2,

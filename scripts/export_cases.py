@@ -6,7 +6,7 @@ Each case is a deterministic model, exported into OUT/<case>/ as transformers wo
 with `tokens.json` beside it (the token ids the golden runs). scripts/make_export_golden.py
 (torch + transformers, the throwaway golden venv) calls this first, then records
 transformers' logits of each directory and the sha256 of every file it loaded;
-tests/test_pretrained_export_golden.py exports the same cases again, checks that the files
+tests/pretrained/test_pretrained_export_golden.py exports the same cases again, checks that the files
 are byte for byte those transformers saw, and compares our logits with its.
 
 Cases: the tiny family fixtures (tests/data/pretrained/tiny/, loaded with their extended

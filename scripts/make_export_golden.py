@@ -15,7 +15,7 @@ wrote -- and records, for the case's tokens:
     golden.json  per case: the class transformers built, the token ids, the sha256 of every
                  file it read (config.json, *.safetensors, the index), and the versions
 
-tests/test_pretrained_export_golden.py exports the cases again (no torch), checks the files'
+tests/pretrained/test_pretrained_export_golden.py exports the cases again (no torch), checks the files'
 sha256 (so the comparison is with what transformers actually loaded) and our logits.
 """
 

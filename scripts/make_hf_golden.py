@@ -6,7 +6,7 @@ given sequence length (which triggers transformers' dynamic-NTK / LongRoPE updat
 records `inv_freq` [R] and `attention_scaling`. For MLA models (DeepSeek) it also records the
 extra softmax-scale multiplier that the attention layer applies.
 
-The test suite (tests/test_hf_config.py) compares `posenc_jax.encodings.hf_config.from_hf_config`
+The test suite (tests/encodings/test_hf_config.py) compares `posenc_jax.encodings.hf_config.from_hf_config`
 with these numbers; it needs neither torch nor transformers. This script does, so run it in a
 throwaway environment, never the project's .venv, once per transformers generation; each run
 merges its results into the JSON under its own version:

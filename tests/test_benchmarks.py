@@ -52,7 +52,7 @@ SMOKE = [
 ]
 # Benchmarks another test already runs in a smoke mode: {script: the test file that does}.
 ELSEWHERE = {
-    "attention_device.py": "tests/test_pallas_model.py",   # run(smoke=True), in process
+    "attention_device.py": "tests/model/test_pallas_model.py",   # run(smoke=True), in process
     "device_check.py": "tests/test_device_check.py",       # scripts/device_check.sh --smoke
 }
 # Modules in benchmarks/ that are not scripts: {file: who runs them}.

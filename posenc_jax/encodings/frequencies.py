@@ -18,7 +18,7 @@ as transformers computes it (`arange(0, d, 2).float() / d`, a correctly rounded 
 that a checkpoint's angles are reproduced; the power and the reciprocal are then exact to
 float64. Computed in float32 on device instead, XLA:CPU turns `/ d` into a multiplication by
 the reciprocal (exponents 1 ulp off for d = 80, 96, ...), and `base ** e` and the scaling
-methods amplify that to several 1e-6 relative; see tests/test_hf_fuzz.py.
+methods amplify that to several 1e-6 relative; see tests/encodings/test_hf_fuzz.py.
 
 Shapes: R = rotary_dim // 2 frequencies.
 """

@@ -5,7 +5,7 @@ to the family's config class, whose defaults fill the rest. `hf_config` does the
 same renames and the defaults those classes write into config.json (their `to_diff_dict()`), so
 the result equals transformers' `AutoConfig.from_pretrained(dir, gguf_file=...).to_diff_dict()`
 less `transformers_version` and the name/path keys (checked on both real models, SmolLM2 and
-Gemma 3, in tests/test_pretrained_gguf.py). Floats stored as float32 in the file stay float32
+Gemma 3, in tests/pretrained/test_pretrained_gguf.py). Floats stored as float32 in the file stay float32
 values (eps 1e-5 reads 9.999999747378752e-06), as in transformers.
 
 Supported GGUF architectures: llama (model_type llama, or mistral when `general.name` is exactly

@@ -36,7 +36,7 @@ from train import checkpoint, metrics, sharding, state, tensorboard_log, trainer
 # the test that caused it (the noise of failed restores is dropped by the trainer itself,
 # inside the run only: `checkpoint.quiet_failed_restores`).
 pytestmark = [pytest.mark.filterwarnings("ignore:the load_module")]
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 def tiny_config(data_dir, **overrides):

@@ -16,7 +16,7 @@ from posenc_jax.model import context_parallel, load_balance
 from train import data, metrics, sharding, trainer
 
 pytestmark = pytest.mark.filterwarnings("ignore:the load_module")
-CONFIGS = pathlib.Path(__file__).resolve().parent.parent / "configs"
+CONFIGS = pathlib.Path(__file__).resolve().parents[2] / "configs"
 
 
 def tiny_config(data_dir, **mesh):

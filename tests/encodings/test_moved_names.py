@@ -16,7 +16,7 @@ import pytest
 import posenc_jax
 from posenc_jax.encodings import hf_config, rope_scaling
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 def _run(code: str) -> subprocess.CompletedProcess:

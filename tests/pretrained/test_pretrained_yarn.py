@@ -18,9 +18,9 @@ from flax import nnx
 
 from posenc_jax import pretrained
 
-DATA = pathlib.Path(__file__).parent / "data" / "pretrained"
+DATA = pathlib.Path(__file__).parents[1] / "data" / "pretrained"
 REAL_DIR = pathlib.Path(os.environ.get("POSENC_PRETRAINED_DIR",
-                                       pathlib.Path(__file__).parents[1] / ".pretrained"))
+                                       pathlib.Path(__file__).parents[2] / ".pretrained"))
 META = json.loads((DATA / "smollm2_yarn.json").read_text())
 
 

@@ -9,7 +9,7 @@
 - cross-lowering for cuda and tpu: the ring's collective-permute is there, each step's Pallas
   kernel (Triton / Mosaic custom calls: forward, dq, dk/dv), and no tensor inside the
   per-device computation has the full length (the all-gather's does: the check can fail).
-The kernel-step ring's values and gradients: tests/test_context_parallel_kernel.py.
+The kernel-step ring's values and gradients: tests/model/test_context_parallel_kernel.py.
 """
 
 import functools

@@ -17,7 +17,7 @@ import pytest
 import posenc_jax
 from posenc_jax.encodings import hf_config
 
-GOLDEN = json.loads((pathlib.Path(__file__).parent / "data" / "hf_rope_golden.json").read_text())
+GOLDEN = json.loads((pathlib.Path(__file__).parents[1] / "data" / "hf_rope_golden.json").read_text())
 CASES = GOLDEN["cases"]
 ROWS = [(name, version, seq_len)
         for name, case in CASES.items()

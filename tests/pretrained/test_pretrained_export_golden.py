@@ -23,7 +23,7 @@ import pytest
 from posenc_jax.pretrained.loader import build
 from posenc_jax.pretrained.safetensors_io import open_safetensors
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 GOLDEN = ROOT / "tests" / "data" / "pretrained" / "export"
 TABLE = json.loads((GOLDEN / "golden.json").read_text())
 ARRAYS = np.load(GOLDEN / "golden.npz")

@@ -20,7 +20,7 @@ import pytest
 from train import checkpoint, data, metrics, sharding, state, trainer
 
 pytestmark = pytest.mark.filterwarnings("ignore:the load_module")
-CONFIGS = pathlib.Path(__file__).resolve().parent.parent / "configs"
+CONFIGS = pathlib.Path(__file__).resolve().parents[2] / "configs"
 MESHES = {"8x1x1": (8, 1, 1), "2x4x1": (2, 4, 1), "2x2x2": (2, 2, 2), "single": (1, 1, 1)}
 
 

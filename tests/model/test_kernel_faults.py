@@ -11,7 +11,7 @@
 * FIRE and KERPLE cross-lower for TPU (rank-0 / rank-1 parameters); FIRE's MLP cannot lower
   for Triton (`slice`), which `unsupported_reason` says, so "auto" can avoid it.
 
-Tolerances as tests/test_pallas.py (float32: 2e-5 on values, 1e-4 relative on gradients).
+Tolerances as tests/model/test_pallas.py (float32: 2e-5 on values, 1e-4 relative on gradients).
 """
 
 import jax

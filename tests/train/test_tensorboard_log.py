@@ -23,7 +23,7 @@ from tensorboardX import SummaryWriter
 from train import metrics, tensorboard_log, trainer
 
 pytestmark = pytest.mark.filterwarnings("ignore:the load_module")
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 def tiny_config(data_dir, **overrides):

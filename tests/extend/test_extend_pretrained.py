@@ -9,7 +9,7 @@ from configs import extend_smollm2
 from posenc_jax import pretrained
 from train.extend import runner
 
-TINY = pathlib.Path(__file__).resolve().parent / "data" / "pretrained" / "tiny"
+TINY = pathlib.Path(__file__).resolve().parents[1] / "data" / "pretrained" / "tiny"
 
 
 def test_the_study_on_a_tiny_real_checkpoint(tmp_path):

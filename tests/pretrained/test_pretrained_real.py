@@ -15,7 +15,7 @@ from flax import nnx
 from posenc_jax import pretrained
 from posenc_jax.model.generate import generate
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 DATA = ROOT / "tests" / "data" / "pretrained"
 DIR = pathlib.Path(os.environ.get("POSENC_PRETRAINED_DIR", ROOT / ".pretrained"))
 MODELS = {"smollm2": "SmolLM2-135M-Instruct.Q4_1.gguf", "gemma3": "gemma-3-270m-q4_k_m.gguf"}

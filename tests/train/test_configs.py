@@ -17,7 +17,7 @@ from train import optim, sharding, state, trainer
 from train.runtime import Runtime
 
 pytestmark = pytest.mark.filterwarnings("ignore:the load_module")
-CONFIGS = pathlib.Path(__file__).resolve().parent.parent / "configs"
+CONFIGS = pathlib.Path(__file__).resolve().parents[2] / "configs"
 FAMILIES = {"sinusoidal": "sinusoidal", "learned": "learned", "rope": "rope", "alibi": "alibi",
             "t5": "t5", "shaw": "shaw", "nope": "nope"}
 LM1B_KEYS = ("num_train_steps", "checkpoint_every_steps", "log_every_steps", "eval_every_steps",

@@ -26,7 +26,7 @@ from posenc_jax.pretrained.loader import build
 from posenc_jax.pretrained.safetensors_io import open_safetensors
 from posenc_jax.pretrained.save import save
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 TINY = ROOT / "tests" / "data" / "pretrained" / "tiny"
 FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "gemma3_text")
 pytestmark = pytest.mark.filterwarnings("ignore:the load_module")

@@ -31,7 +31,7 @@ import posenc_jax
 from posenc_jax import hf_config
 from posenc_jax.encodings.rope import RotaryBase
 
-DATA = json.loads((pathlib.Path(__file__).parent / "data" / "hf_rotate_golden.json").read_text())
+DATA = json.loads((pathlib.Path(__file__).parents[1] / "data" / "hf_rotate_golden.json").read_text())
 CASES = DATA["cases"]
 ROWS = [(name, lt) for name, case in CASES.items() for lt in case["layers"]]
 

@@ -21,9 +21,9 @@ from hypothesis import strategies as st
 
 from posenc_jax.pretrained import gguf as pgguf
 
-DATA = pathlib.Path(__file__).parent / "data" / "pretrained"
+DATA = pathlib.Path(__file__).parents[1] / "data" / "pretrained"
 REAL_DIR = pathlib.Path(os.environ.get("POSENC_PRETRAINED_DIR",
-                                       pathlib.Path(__file__).parent.parent / ".pretrained"))
+                                       pathlib.Path(__file__).parents[2] / ".pretrained"))
 REAL = {"smollm2": "SmolLM2-135M-Instruct.Q4_1.gguf", "gemma3": "gemma-3-270m-q4_k_m.gguf"}
 E, F, H, KV, D, V = 32, 64, 4, 2, 8, 64
 

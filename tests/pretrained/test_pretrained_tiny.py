@@ -22,7 +22,7 @@ from posenc_jax.pretrained.safetensors_io import open_safetensors
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
 import pretrained_fakes  # noqa: E402
 
-TINY = pathlib.Path(__file__).parent / "data" / "pretrained" / "tiny"
+TINY = pathlib.Path(__file__).parents[1] / "data" / "pretrained" / "tiny"
 FAMILIES = ["llama", "mistral", "qwen2", "qwen3", "gemma3_text"]
 CASES = [(f, c) for f in FAMILIES for c in json.loads((TINY / f / "cases.json").read_text())]
 

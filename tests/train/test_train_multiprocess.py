@@ -20,7 +20,7 @@ import pytest
 from train import checkpoint, metrics, sharding, state, trainer
 
 pytestmark = [pytest.mark.multiprocess, pytest.mark.filterwarnings("ignore:the load_module")]
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 def tiny_config(data_dir):

@@ -8,7 +8,7 @@
   t5 and fire;
 - the step names are checked (ValueError naming the value and the choices).
 Cross-lowering (the kernel's custom calls beside the collective-permute) is in
-tests/test_context_parallel.py.
+tests/model/test_context_parallel.py.
 """
 
 import jax

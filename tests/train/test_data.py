@@ -88,7 +88,7 @@ def test_assign_split_is_the_same_in_another_process_with_another_hash_seed():
     assert {p: common.assign_split(p) for p in golden} == golden
     code = ("import json, sys; from train.datasets import common; "
             "print(json.dumps({p: common.assign_split(p) for p in json.loads(sys.argv[1])}))")
-    root = str(pathlib.Path(__file__).resolve().parents[1])
+    root = str(pathlib.Path(__file__).resolve().parents[2])
     env = {**os.environ, "PYTHONHASHSEED": "12345", "PYTHONPATH": root}
     out = subprocess.run([sys.executable, "-c", code, json.dumps(list(golden))], env=env,
                          check=True, capture_output=True, text=True).stdout

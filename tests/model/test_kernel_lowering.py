@@ -8,7 +8,7 @@ Cheap: abstract arrays (nothing allocated), L = 1024, one lowering per case and 
 about 0.3-3 s each on a 2-core host. The suite lowers a pairwise cover of the matrix (18 of
 the 72 cases: every value of each factor with every value of each other factor at least once,
 checked by `test_the_cover_holds_every_pair`); POSENC_TEST_FULL=1 lowers all 72 (144
-lowerings, ~8 minutes on 2 cores). Tolerances as tests/test_pallas.py.
+lowerings, ~8 minutes on 2 cores). Tolerances as tests/model/test_pallas.py.
 """
 
 import itertools

@@ -22,7 +22,7 @@ import pytest
 
 from posenc_jax import hf_config
 
-DATA = json.loads((pathlib.Path(__file__).parent / "data" / "hf_fuzz_golden.json").read_text())
+DATA = json.loads((pathlib.Path(__file__).parents[1] / "data" / "hf_fuzz_golden.json").read_text())
 CASES = DATA["cases"]
 
 
