@@ -336,7 +336,42 @@ class RotaryBase(Encoding):
 @dataclasses.dataclass(frozen=True)
 class RoPE(RotaryBase, KernelRotary, LengthDependent):
     """Rotary position embedding (Su et al. 2021): `RotaryBase`'s hyperparameters and rotation,
-    plus the rotation a kernel can apply in-kernel and the length-dependent regime."""
+    plus the rotation a kernel can apply in-kernel and the length-dependent regime.
+
+    `unscaled_start` = n (LongRoPE's n-hat, Ding et al. 2024): positions < n rotate with the
+    unscaled frequencies (the scaling method's attention factor still applies to all), the
+    rest with the scaled ones. 0 (the default) is plain RoPE; no transformers config can express n > 0, and
+    no kernel applies it (`kernel_rotation` refuses: use a backend that calls `rotate`).
+    """
+
+    unscaled_start: int = 0
+
+    def __post_init__(self):
+        super().__post_init__()
+        integer("unscaled_start", self.unscaled_start, minimum=0)
+
+    def rotate(self, params, q, k, q_positions, k_positions, *, seq_len=None):
+        if self.unscaled_start == 0 or self.scaling is None:
+            return super().rotate(params, q, k, q_positions, k_positions, seq_len=seq_len)
+        integer_array("q_positions", q_positions)
+        integer_array("k_positions", k_positions)
+        if not self.is_length_dependent:
+            seq_len = None
+        elif seq_len is None:
+            seq_len = jnp.max(k_positions) + 1
+        scaled, factor = self.frequencies(seq_len)
+        plain = dataclasses.replace(self, scaling=None, unscaled_start=0).frequencies()[0]
+
+        def table(positions):  # [.., L, R]: unscaled rows below n, scaled (with factor) above
+            cos, sin = cos_sin(positions, scaled, attention_factor=float(factor))
+            cos0, sin0 = cos_sin(positions, plain, attention_factor=float(factor))
+            start = (jnp.asarray(positions) < self.unscaled_start)[..., None]
+            return jnp.where(start, cos0, cos), jnp.where(start, sin0, sin)
+
+        q_cos, q_sin = table(q_positions)
+        k_cos, k_sin = table(k_positions)
+        return (apply_cos_sin(q, q_cos, q_sin, layout=self.layout),
+                apply_cos_sin(k, k_cos, k_sin, layout=self.layout))
 
     def regime(self, k_positions):
         if not self.is_length_dependent:
@@ -346,5 +381,9 @@ class RoPE(RotaryBase, KernelRotary, LengthDependent):
 
     def kernel_rotation(self, params, *, seq_len=None):
         """inv_freq [R], attention factor and layout, for a kernel that rotates in-kernel."""
+        if self.unscaled_start and self.scaling is not None:
+            raise ValueError(f"rope: unscaled_start={self.unscaled_start} (positions with their "
+                             "own frequencies) cannot be applied in-kernel; use an attention "
+                             "backend that calls rotate ('xla' or 'blockwise')")
         inv_freq, factor = self.frequencies(seq_len if self.is_length_dependent else None)
         return KernelRotation(inv_freq=inv_freq, attention_factor=factor, layout=self.layout)

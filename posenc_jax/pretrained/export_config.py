@@ -73,6 +73,10 @@ def _check_rope(enc: RoPE, where: str) -> None:
     if enc.rotary_dim != enc.head_dim:
         raise _refuse(f"{where}: rotary_dim={enc.rotary_dim} < head_dim={enc.head_dim}",
                       "(partial rotary): the families exported here rotate the whole head")
+    if getattr(enc, "unscaled_start", 0) and enc.scaling is not None:
+        raise _refuse(f"{where}: unscaled_start={enc.unscaled_start}", "(LongRoPE's first "
+                      "positions at the unscaled frequencies) has no transformers rope_parameters "
+                      "key; search with the start count kept at 0 to export")
     kind = (enc.scaling_dict or {}).get("rope_type", "default")
     if kind not in HF_ROPE_TYPES:
         raise _refuse(f"{where}: RoPE scaling rope_type={kind!r}",
