@@ -384,6 +384,6 @@ class RoPE(RotaryBase, KernelRotary, LengthDependent):
         if self.unscaled_start and self.scaling is not None:
             raise ValueError(f"rope: unscaled_start={self.unscaled_start} (positions with their "
                              "own frequencies) cannot be applied in-kernel; use an attention "
-                             "backend that calls rotate ('xla' or 'blockwise')")
+                             "backend that calls rotate ('dense' or 'blockwise')")
         inv_freq, factor = self.frequencies(seq_len if self.is_length_dependent else None)
         return KernelRotation(inv_freq=inv_freq, attention_factor=factor, layout=self.layout)

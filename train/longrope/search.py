@@ -80,11 +80,13 @@ class SearchConfig:
 
 @dataclasses.dataclass(frozen=True)
 class Result:
-    """The best candidate, its fitness, and one record per generation (as in log.jsonl)."""
+    """The best candidate, its fitness, one record per generation (as in log.jsonl), and every
+    evaluation made (candidate -> fitness)."""
 
     best: Candidate
     value: float
     records: tuple[dict[str, Any], ...]
+    values: Mapping[Candidate, float]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -202,8 +204,8 @@ def search(fitness: Callable[[Candidate], float], space: Space, config: SearchCo
                                                           space.starts[0])]
     run = _Run(fitness, space, config, known)
     store = progress.Store(workdir, space=space, config=config) if workdir else None
-    if store is not None and store.resume(run):
-        pass
+    if store is not None:
+        store.resume(run)
     while run.generation < config.generations:
         t0 = time.perf_counter()
         if run.generation < 0:
@@ -220,4 +222,5 @@ def search(fitness: Callable[[Candidate], float], space: Space, config: SearchCo
     if store is not None:
         store.close()
     best = run.ranked(list(run.values))[0]
-    return Result(best=best, value=run.values[best], records=tuple(run.records))
+    return Result(best=best, value=run.values[best], records=tuple(run.records),
+                  values=dict(run.values))

@@ -1,0 +1,148 @@
+"""The search's fitness: perplexity at the target length of a pretrained model with candidate
+factors (LongRoPE's objective, Ding et al. 2024, eq. 3), on the user's text.
+
+    fit = Perplexity.load("SmolLM2.gguf", target_length=16384, text="book.txt", samples=2)
+    fit(candidate)                       # exp(mean next-token NLL over the windows), float
+    fit.space(starts=(0,)), fit.seeds(space)
+
+The checkpoint is read once. For each candidate the model's config is rebuilt with the
+candidate's longrope dict (`export.scaling_dict`, and `unscaled_start` for its start count),
+the loaded params are merged into it (`nnx.merge`: no copy, no re-read) and the loss is
+compiled for it: the factors are part of the encoding (static under jit), so every candidate
+compiles once; that compile is part of the cost `search.estimate` measures.
+
+Windows: the text's tokens (a file, or every file under a directory, sorted, joined by blank
+lines), cut into `samples` consecutive windows of `target_length` tokens, positions 0..L-1, the
+loss on predicting tokens 1..L-1. The logits of one window are [L, V] (the loss does not hold
+more than one window at a time).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import pathlib
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from posenc_jax import pretrained
+from posenc_jax.checks import integer
+from posenc_jax.model.config import TransformerConfig
+from posenc_jax.model.transformer import Transformer
+from posenc_jax.pretrained.families import config_kwargs
+from posenc_jax.pretrained.loader import with_rope_scaling
+from train.longrope import export
+from train.longrope.space import PAPER_STARTS, Candidate, Space, seeds
+
+__all__ = ["Perplexity", "read_text", "windows"]
+
+
+def read_text(path: str | os.PathLike) -> str:
+    """A file's text, or every file's under a directory (sorted paths, blank lines between)."""
+    p = pathlib.Path(path)
+    if p.is_file():
+        return p.read_text(encoding="utf-8", errors="replace")
+    if p.is_dir():
+        files = sorted(f for f in p.rglob("*") if f.is_file())
+        if files:
+            return "\n\n".join(f.read_text(encoding="utf-8", errors="replace") for f in files)
+    raise ValueError(f"text={str(path)!r}: no such file, or a directory without files")
+
+
+def windows(ids, *, target_length: int, samples: int) -> np.ndarray:
+    """int32 [samples, target_length]: consecutive windows of the token ids; ValueError naming
+    how many tokens there are and how many are needed when the text is too short."""
+    ids = np.asarray(ids, np.int32)
+    need = integer("target_length", target_length, minimum=2) * integer("samples", samples,
+                                                                        minimum=1)
+    if ids.size < need:
+        raise ValueError(f"the text has {ids.size} tokens; {samples} window(s) of "
+                         f"target_length={target_length} need {need}: give more text or fewer "
+                         "samples")
+    return ids[:need].reshape(samples, target_length)
+
+
+class Perplexity:
+    """fitness(candidate) -> perplexity of the checkpoint with the candidate's factors."""
+
+    def __init__(self, lm: pretrained.Pretrained, tokens: np.ndarray, *, where: str,
+                 attention: str = "dense"):
+        self.lm, self.tokens, self.where, self.attention = lm, np.asarray(tokens), where, attention
+        self.target_length = int(self.tokens.shape[1])
+        self.original = int(lm.hf_config.get("max_position_embeddings") or 0)
+        if self.target_length <= self.original:
+            raise ValueError(f"target_length={self.target_length} must exceed the checkpoint's "
+                             f"original context max_position_embeddings={self.original}")
+        self.state = nnx.state(lm.model)
+        probe = self.config(Candidate((100,), 0), probe=True)
+        scaled = [probe.layer_encoding(i) for i in range(probe.num_layers)
+                  if getattr(probe.layer_encoding(i), "scaling", None) is not None]
+        if not scaled:
+            raise ValueError(f"{where}: no layer takes the longrope scaling (no RoPE layer)")
+        self.pairs, self.base = scaled[0].rotary_dim // 2, float(scaled[0].base)
+
+    @classmethod
+    def load(cls, checkpoint: str | os.PathLike, *, target_length: int, text: str,
+             samples: int = 1, attention: str = "dense", dtype: str = "float32") -> Perplexity:
+        """Reads the checkpoint and tokenizes `text` (a path: `read_text`)."""
+        lm = pretrained.load(checkpoint, dtype=dtype, attention=attention)
+        if lm.tokenizer is None:
+            raise ValueError(f"checkpoint={str(checkpoint)!r} has no tokenizer to read the text")
+        ids = lm.tokenizer.encode(read_text(text))
+        tokens = windows(ids, target_length=target_length, samples=samples)
+        return cls(lm, tokens, where=str(checkpoint), attention=attention)
+
+    @property
+    def scale(self) -> float:
+        return self.target_length / self.original
+
+    def space(self, *, starts=PAPER_STARTS, **kwargs) -> Space:
+        """The paper's space for this model and target length (`Space`'s keywords)."""
+        return Space(pairs=self.pairs, scale=self.scale, starts=tuple(starts), **kwargs)
+
+    def seeds(self, space: Space) -> list[Candidate]:
+        return seeds(space, original_max_position_embeddings=self.original, base=self.base)
+
+    def scaling(self, candidate: Candidate, *, step: float = 0.01) -> dict:
+        return export.scaling_dict(candidate, step=step, target_length=self.target_length,
+                                   original_max_position_embeddings=self.original)
+
+    def config(self, candidate: Candidate, *, step: float = 0.01,
+               probe: bool = False) -> TransformerConfig:
+        """The model config with the candidate's factors and start count."""
+        if probe:  # any valid longrope dict: the layers that take it and their rotary dims
+            scaling = {"rope_type": "linear", "factor": self.scale}
+        else:
+            scaling = self.scaling(candidate, step=step)
+        hf = with_rope_scaling(self.lm.hf_config, scaling)
+        dtype = self.lm.config.dtype
+        cfg = TransformerConfig(**config_kwargs(hf, where=self.where), dtype=dtype,
+                                param_dtype=self.lm.config.param_dtype,
+                                attention=self.attention)
+        return cfg if probe else export.with_start(cfg, candidate.start)
+
+    def model(self, candidate: Candidate, *, step: float = 0.01) -> Transformer:
+        """The loaded model with the candidate's factors (its params, shared, not copied)."""
+        cfg = self.config(candidate, step=step)
+        graphdef = nnx.graphdef(nnx.eval_shape(lambda: Transformer(cfg, rngs=nnx.Rngs(0))))
+        return nnx.merge(graphdef, self.state)
+
+    def nll(self, candidate: Candidate, *, step: float = 0.01) -> float:
+        """Mean next-token negative log-likelihood over the windows (nats)."""
+        graphdef = nnx.graphdef(self.model(candidate, step=step))
+
+        @jax.jit
+        def window_nll(state, tokens):  # tokens [1, L] -> summed NLL of tokens 1..L-1
+            logits = nnx.merge(graphdef, state)(tokens)[:, :-1]          # [1, L-1, V]
+            logp = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
+            return -jnp.sum(jnp.take_along_axis(logp, tokens[:, 1:, None], axis=-1))
+
+        total = sum(float(window_nll(self.state, jnp.asarray(row[None]))) for row in self.tokens)
+        return total / (self.tokens.shape[0] * (self.target_length - 1))
+
+    def __call__(self, candidate: Candidate) -> float:
+        nll = self.nll(candidate)
+        return math.exp(nll) if nll < 700 else math.inf
