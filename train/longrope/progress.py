@@ -82,12 +82,13 @@ class Store:
         run.records = list(state["records"])
         run.generation = int(state["generation"])
         run.seconds = float(state["seconds"])
-        self._open(run.generation)
+        self._open(run.generation - 1)  # its own events may not have reached the disk: again
+        self._write(run.records[-1])
         return True
 
     def _open(self, generation: int) -> None:
         self._events = EventLog(os.path.join(self.workdir, "tensorboard"),
-                                start_step=max(generation, 0))
+                                start_step=generation)
 
     def save(self, run) -> None:
         """The state after `run.generation`, then log.jsonl and the generation's events."""
@@ -101,7 +102,9 @@ class Store:
         with open(tmp, "w") as f:
             f.writelines(json.dumps(r) + "\n" for r in run.records)
         os.replace(tmp, os.path.join(self.workdir, "log.jsonl"))
-        record = run.records[-1]
+        self._write(run.records[-1])
+
+    def _write(self, record: dict[str, Any]) -> None:
         self._events.write({"step": record["generation"],
                             **{f"longrope/{k}": record[k] for k in (
                                 "best_ppl", "generation_best_ppl", "evaluations", "seconds")}})

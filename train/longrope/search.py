@@ -204,23 +204,25 @@ def search(fitness: Callable[[Candidate], float], space: Space, config: SearchCo
                                                           space.starts[0])]
     run = _Run(fitness, space, config, known)
     store = progress.Store(workdir, space=space, config=config) if workdir else None
-    if store is not None:
-        store.resume(run)
-    while run.generation < config.generations:
-        t0 = time.perf_counter()
-        if run.generation < 0:
-            run.first_generation(seeds)
-        else:
-            run.next_generation()
-        run.generation += 1
-        run.seconds += time.perf_counter() - t0
-        run.records.append(run.record(time.perf_counter() - t0))
+    try:
         if store is not None:
-            store.save(run)
-        if on_generation is not None:
-            on_generation(run.records[-1])
-    if store is not None:
-        store.close()
+            store.resume(run)
+        while run.generation < config.generations:
+            t0 = time.perf_counter()
+            if run.generation < 0:
+                run.first_generation(seeds)
+            else:
+                run.next_generation()
+            run.generation += 1
+            run.seconds += time.perf_counter() - t0
+            run.records.append(run.record(time.perf_counter() - t0))
+            if store is not None:
+                store.save(run)
+            if on_generation is not None:
+                on_generation(run.records[-1])
+    finally:  # an exception (Ctrl-C) still writes the events of the generations done
+        if store is not None:
+            store.close()
     best = run.ranked(list(run.values))[0]
     return Result(best=best, value=run.values[best], records=tuple(run.records),
                   values=dict(run.values))
