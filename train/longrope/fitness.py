@@ -19,6 +19,7 @@ more than one window at a time).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import pathlib
@@ -69,8 +70,9 @@ class Perplexity:
     """fitness(candidate) -> perplexity of the checkpoint with the candidate's factors."""
 
     def __init__(self, lm: pretrained.Pretrained, tokens: np.ndarray, *, where: str,
-                 attention: str = "dense"):
+                 attention: str = "dense", scan_layers: bool = True):
         self.lm, self.tokens, self.where, self.attention = lm, np.asarray(tokens), where, attention
+        self.scan_layers = scan_layers
         self.target_length = int(self.tokens.shape[1])
         self.original = int(lm.hf_config.get("max_position_embeddings") or 0)
         if self.target_length <= self.original:
@@ -86,14 +88,16 @@ class Perplexity:
 
     @classmethod
     def load(cls, checkpoint: str | os.PathLike, *, target_length: int, text: str,
-             samples: int = 1, attention: str = "dense", dtype: str = "float32") -> Perplexity:
+             samples: int = 1, attention: str = "dense", dtype: str = "float32",
+             scan_layers: bool = True) -> Perplexity:
         """Reads the checkpoint and tokenizes `text` (a path: `read_text`)."""
         lm = pretrained.load(checkpoint, dtype=dtype, attention=attention)
         if lm.tokenizer is None:
             raise ValueError(f"checkpoint={str(checkpoint)!r} has no tokenizer to read the text")
         ids = lm.tokenizer.encode(read_text(text))
         tokens = windows(ids, target_length=target_length, samples=samples)
-        return cls(lm, tokens, where=str(checkpoint), attention=attention)
+        return cls(lm, tokens, where=str(checkpoint), attention=attention,
+                   scan_layers=scan_layers)
 
     @property
     def scale(self) -> float:
@@ -122,7 +126,12 @@ class Perplexity:
         cfg = TransformerConfig(**config_kwargs(hf, where=self.where), dtype=dtype,
                                 param_dtype=self.lm.config.param_dtype,
                                 attention=self.attention)
-        return cfg if probe else export.with_start(cfg, candidate.start)
+        if probe:
+            return cfg
+        cfg = export.with_start(cfg, candidate.start)
+        if self.scan_layers and cfg.layer_encodings is None:  # one encoding: compile once, not
+            cfg = dataclasses.replace(cfg, scan_layers=True)  # per layer (same params)
+        return cfg
 
     def model(self, candidate: Candidate, *, step: float = 0.01) -> Transformer:
         """The loaded model with the candidate's factors (its params, shared, not copied)."""
@@ -130,17 +139,23 @@ class Perplexity:
         graphdef = nnx.graphdef(nnx.eval_shape(lambda: Transformer(cfg, rngs=nnx.Rngs(0))))
         return nnx.merge(graphdef, self.state)
 
-    def nll(self, candidate: Candidate, *, step: float = 0.01) -> float:
-        """Mean next-token negative log-likelihood over the windows (nats)."""
+    def window_loss(self, candidate: Candidate, *, step: float = 0.01):
+        """The jitted loss of the candidate's model: (state, tokens int32 [1, L]) -> the summed
+        NLL of tokens 1..L-1, float32 []. A new function per candidate (its own compile)."""
         graphdef = nnx.graphdef(self.model(candidate, step=step))
 
         @jax.jit
-        def window_nll(state, tokens):  # tokens [1, L] -> summed NLL of tokens 1..L-1
+        def loss(state, tokens):
             logits = nnx.merge(graphdef, state)(tokens)[:, :-1]          # [1, L-1, V]
             logp = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
             return -jnp.sum(jnp.take_along_axis(logp, tokens[:, 1:, None], axis=-1))
 
-        total = sum(float(window_nll(self.state, jnp.asarray(row[None]))) for row in self.tokens)
+        return loss
+
+    def nll(self, candidate: Candidate, *, step: float = 0.01) -> float:
+        """Mean next-token negative log-likelihood over the windows (nats)."""
+        loss = self.window_loss(candidate, step=step)
+        total = sum(float(loss(self.state, jnp.asarray(row[None]))) for row in self.tokens)
         return total / (self.tokens.shape[0] * (self.target_length - 1))
 
     def __call__(self, candidate: Candidate) -> float:
