@@ -256,29 +256,71 @@ class Transformer(nnx.Module):
         wrapped or clamped row): check them with `posenc_jax.checks.checked_token_ids` under
         `jax.experimental.checkify.checkify`.
         """
+        tokens = self._checked(tokens)
+        if cache is not None:
+            return kv_cache.step(self, tokens, positions, segment_ids, cache)
+        if positions is None:
+            positions = self._default_positions(tokens.shape[1])
+        logits, _ = self.forward(tokens, positions, segment_ids, memory=None)
+        return logits
+
+    def _checked(self, tokens: Array) -> Array:
+        """tokens as an int [B, L] array with concrete ids inside the vocabulary (ValueError)."""
         tokens = jnp.asarray(tokens)
         if tokens.ndim != 2 or not jnp.issubdtype(tokens.dtype, jnp.integer):
             raise ValueError(f"tokens must be an int array [B, L], got shape {tokens.shape} and "
                              f"dtype {tokens.dtype}")
         token_ids("tokens", tokens, vocab_size=self.config.vocab_size)
-        if cache is not None:
-            return kv_cache.step(self, tokens, positions, segment_ids, cache)
-        length = tokens.shape[1]
+        return tokens
+
+    def _default_positions(self, length: int) -> Array:
+        """arange(length), refused past a learned table's max_len."""
+        max_len = self.config.max_positions
+        if max_len is not None and length > max_len:
+            raise ValueError(f"input length L={length} exceeds the {self.config.encoding} "
+                             f"encoding's max_len={max_len} positions")
+        return jnp.arange(length, dtype=jnp.int32)
+
+    def hidden_states(self, tokens: Array, positions: Array | None = None, *,
+                      segment_ids: Array | None = None) -> Array:
+        """The final hidden states [B, L, E] (after the final norm, in the compute dtype) for
+        tokens int [B, L]: what `head` turns into logits. Positions and segment ids as in
+        `__call__` (no cache). `posenc_jax.model.loss` takes these and `head` to compute a
+        loss that never holds the [B, L, V] logits."""
+        tokens = self._checked(tokens)
         if positions is None:
-            max_len = self.config.max_positions
-            if max_len is not None and length > max_len:
-                raise ValueError(f"input length L={length} exceeds the {self.config.encoding} "
-                                 f"encoding's max_len={max_len} positions")
-            positions = jnp.arange(length, dtype=jnp.int32)
-        logits, _ = self.forward(tokens, positions, segment_ids, memory=None)
+            positions = self._default_positions(tokens.shape[1])
+        hidden, _ = self.trunk(tokens, positions, segment_ids, memory=None)
+        return hidden
+
+    def head(self, hidden: Array) -> Array:
+        """Logits float32 [..., V] from hidden states [..., E]: the output projection (the
+        token embedding's transpose when tied, else `unembed`) and `final_logit_softcap`."""
+        cfg = self.config
+        out = self.embedding[...].T if cfg.tie_embeddings else self.unembed[...]
+        logits = jnp.einsum("...e,ev->...v", hidden, out.astype(hidden.dtype),
+                            preferred_element_type=jnp.float32)
+        if cfg.final_logit_softcap is not None:
+            cap = jnp.float32(cfg.final_logit_softcap)
+            logits = cap * jnp.tanh(logits / cap)
         return logits
 
     def forward(self, tokens: Array, positions: Array, segment_ids: Array | None, *,
                 memory: kv_cache.Memory | None,
                 rotary_positions: Array | None = None) -> tuple[Array, list]:
-        """The forward pass proper: (logits float32 [B, T, V], per-layer (k, v) or Nones).
-        positions [T] / [B|1, T], or [A, B|1, T] (see `__call__`); rotary_positions: set by the
-        cache for A > 1, when positions are already the masks' [B, T]."""
+        """The forward pass proper: (logits float32 [B, T, V], per-layer (k, v) or Nones);
+        `trunk` then `head`."""
+        hidden, new = self.trunk(tokens, positions, segment_ids, memory=memory,
+                                 rotary_positions=rotary_positions)
+        return constrain(self.head(hidden), ("batch", "length", "vocab")), new
+
+    def trunk(self, tokens: Array, positions: Array, segment_ids: Array | None, *,
+              memory: kv_cache.Memory | None,
+              rotary_positions: Array | None = None) -> tuple[Array, list]:
+        """Embedding, every block and the final norm: (hidden [B, T, E] in the compute dtype,
+        per-layer (k, v) or Nones). positions [T] / [B|1, T], or [A, B|1, T] (see `__call__`);
+        rotary_positions: set by the cache for A > 1, when positions are already the masks'
+        [B, T]."""
         cfg, dt = self.config, self.config.dtype
         b, t = tokens.shape
         positions, rotary = split_positions(positions, cfg.position_axes, t, b)  # [B|1, T]
@@ -299,11 +341,4 @@ class Transformer(nnx.Module):
             for i, layer in enumerate(self.layers):
                 x, kv = layer(x, positions, segment_ids, memory, i, rotary)
                 new.append(kv)
-        x = self.final_norm(x)
-        out = emb.T if cfg.tie_embeddings else self.unembed[...]
-        logits = jnp.einsum("bte,ev->btv", x, out.astype(dt),
-                            preferred_element_type=jnp.float32)
-        if cfg.final_logit_softcap is not None:
-            cap = jnp.float32(cfg.final_logit_softcap)
-            logits = cap * jnp.tanh(logits / cap)
-        return constrain(logits, ("batch", "length", "vocab")), new
+        return self.final_norm(x), new

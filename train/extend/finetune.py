@@ -34,6 +34,7 @@ from flax import nnx
 
 from posenc_jax import pretrained
 from posenc_jax.model.config import TransformerConfig
+from posenc_jax.model.loss import token_nll
 from posenc_jax.model.transformer import Transformer
 from train.extend import measure, plan, prompts, table, texts
 from train.study import scalings
@@ -53,12 +54,10 @@ def train_text(min_bytes: int = 60_000) -> str:
 
 def _loss(graphdef, state, window):
     model = nnx.merge(graphdef, state)
-    got: list = []
-    model.final_norm = measure._Tap(model.final_norm, got.append)
-    model(window[None, :-1], jnp.arange(window.shape[0] - 1, dtype=jnp.int32))
-    return measure._chunk_nll(got[0][0], window[1:], measure._head(model),
-                              chunk=min(measure.CHUNK, window.shape[0] - 1),
-                              softcap=getattr(model.config, "final_logit_softcap", None)).mean()
+    hidden = model.hidden_states(window[None, :-1],
+                                 jnp.arange(window.shape[0] - 1, dtype=jnp.int32))
+    return token_nll(model.head, hidden, window[None, 1:],
+                     chunk=min(measure.CHUNK, window.shape[0] - 1)).mean()
 
 
 def finetune(model, ids: np.ndarray, *, steps: int, length: int, lr: float, seed: int = 0,

@@ -7,13 +7,10 @@
     passkey_answers(model, prompts, decode)   greedy continuations with the KV cache
                                               (`posenc_jax.model.generate`)
 
-`position_nll` never holds the [n, V] logits: the final norm's output [1, n, E] is tapped,
-the logits the model computes from it are dead code (XLA drops them) and the loss is taken
-`chunk` positions at a time through the model's own output projection (the token embedding's
-transpose when tied, else `unembed`; then its `final_logit_softcap`, if any), so memory is
-O(n E + chunk V). `check_head` compares that
-path with the model's logits on a short input; the runner calls it once per model, so a model
-whose head does something else is an error, not a wrong number.
+`position_nll` never holds the [n, V] logits: it takes the model's final hidden states
+(`Transformer.hidden_states`) and applies the model's own head (`Transformer.head`: tied or
+not, soft-cap included) `chunk` positions at a time (`posenc_jax.model.loss.token_nll`), so
+memory is O(n E + chunk V).
 """
 
 from __future__ import annotations
@@ -31,56 +28,16 @@ from flax import nnx
 
 from posenc_jax.model.attention import attend
 from posenc_jax.model.generate import generate
+from posenc_jax.model.loss import token_nll
 
 CHUNK = 1024  # positions per output-projection chunk: [CHUNK, V] float32 live at a time
-
-
-class _Tap(nnx.Module):
-    """Wraps the final norm and hands its output [B, L, E] to `sink`."""
-
-    def __init__(self, inner, sink: Callable):
-        self.inner = inner
-        self.sink = sink
-
-    def __call__(self, x):
-        y = self.inner(x)
-        self.sink(y)
-        return y
-
-
-def _head(model) -> jax.Array:
-    """The output projection [E, V] (tied: the embedding's transpose)."""
-    return model.embedding[...].T if model.config.tie_embeddings else model.unembed[...]
-
-
-def _chunk_nll(hidden: jax.Array, targets: jax.Array, head: jax.Array, *, chunk: int,
-               softcap: float | None = None):
-    """-log p(target) float32 [n] from hidden [n, E] and targets int [n], `chunk` at a time."""
-    n = hidden.shape[0]
-    pad = -n % chunk
-    h = jnp.pad(hidden, ((0, pad), (0, 0))).reshape(-1, chunk, hidden.shape[1])
-    t = jnp.pad(targets, (0, pad)).reshape(-1, chunk)
-
-    def one(args):
-        hc, tc = args
-        logits = jnp.einsum("te,ev->tv", hc, head.astype(hc.dtype),
-                            preferred_element_type=jnp.float32)
-        if softcap is not None:  # Gemma 2's final_logit_softcap, as the model applies it
-            logits = jnp.float32(softcap) * jnp.tanh(logits / jnp.float32(softcap))
-        picked = jnp.take_along_axis(logits, tc[:, None], axis=-1)[:, 0]
-        return jax.nn.logsumexp(logits, axis=-1) - picked
-
-    return jax.lax.map(one, (h, t)).reshape(-1)[:n]
 
 
 @functools.partial(jax.jit, static_argnames=("graphdef", "chunk"))
 def _nll(graphdef, state, inputs, targets, *, chunk):
     model = nnx.merge(graphdef, state)
-    got: list = []
-    model.final_norm = _Tap(model.final_norm, got.append)
-    model(inputs, jnp.arange(inputs.shape[1], dtype=jnp.int32))  # logits unused: dead code
-    return _chunk_nll(got[0][0], targets[0], _head(model), chunk=chunk,
-                      softcap=getattr(model.config, "final_logit_softcap", None))
+    hidden = model.hidden_states(inputs, jnp.arange(inputs.shape[1], dtype=jnp.int32))
+    return token_nll(model.head, hidden, targets, chunk=chunk)[0]
 
 
 def position_nll(model, ids: Sequence[int], *, chunk: int = CHUNK) -> np.ndarray:
@@ -92,28 +49,6 @@ def position_nll(model, ids: Sequence[int], *, chunk: int = CHUNK) -> np.ndarray
     out = _nll(graphdef, state, jnp.asarray(ids[None, :-1]), jnp.asarray(ids[None, 1:]),
                chunk=min(chunk, ids.size - 1))
     return np.asarray(jax.device_get(out), np.float64)
-
-
-@functools.partial(jax.jit, static_argnames=("graphdef",))
-def _direct_nll(graphdef, state, inputs, targets):
-    logits = nnx.merge(graphdef, state)(inputs)[0]
-    return jax.nn.logsumexp(logits, -1) - jnp.take_along_axis(logits, targets[:, None],
-                                                               axis=-1)[:, 0]
-
-
-def check_head(model, ids: Sequence[int], *, atol: float = 1e-3) -> None:
-    """ValueError unless `position_nll` equals the loss from the model's own logits on `ids`
-    (keep it short: the logits [n, V] are built here)."""
-    ids = np.asarray(ids, np.int32)
-    graphdef, state = nnx.split(model)
-    direct = np.asarray(_direct_nll(graphdef, state, jnp.asarray(ids[None, :-1]),
-                                    jnp.asarray(ids[1:])), np.float64)
-    tapped = position_nll(model, ids)
-    worst = float(np.max(np.abs(direct - tapped)))
-    if not worst <= atol:
-        raise ValueError(f"the chunked loss differs from the model's logits by {worst:.3g} "
-                         f"(> {atol}): the model's output head is not the (tied) projection "
-                         "`train.extend.measure` computes")
 
 
 def attention_seconds(model, n: int) -> float:

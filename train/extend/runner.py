@@ -152,7 +152,7 @@ RUNNERS = {PplJob.kind: run_ppl, PasskeyJob.kind: run_passkey}
 
 
 def calibrate(ctx: Context, name: str) -> estimate.Cost:
-    """Loads `name` (no scaling), checks the chunked loss against the model's logits, times
+    """Loads `name` (no scaling), times
     one forward of config.calibrate_len tokens (compile timed apart) and, unless
     config.calibrate_attention_len is 0, one layer's attention over that many tokens alone
     (attention's own rate: at long lengths it is most of the FLOPs)."""
@@ -160,7 +160,6 @@ def calibrate(ctx: Context, name: str) -> estimate.Cost:
     cfg = ctx.plan.config
     n = int(cfg.calibrate_len)
     ids = ctx.text_ids(name, "prose", n + 1)
-    measure.check_head(model, ids[: min(n, 256) + 1])
     start = time.perf_counter()
     measure.position_nll(model, ids)
     first = time.perf_counter() - start
