@@ -13,8 +13,8 @@ compiles once; that compile is part of the cost `search.estimate` measures.
 
 Windows: the text's tokens (a file, or every file under a directory, sorted, joined by blank
 lines), cut into `samples` consecutive windows of `target_length` tokens, positions 0..L-1, the
-loss on predicting tokens 1..L-1. The logits of one window are [L, V] (the loss does not hold
-more than one window at a time).
+loss on predicting tokens 1..L-1, one window at a time, the head applied 1024 positions at a
+time (`posenc_jax.model.loss.token_nll`: the [L, V] logits are never held).
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from flax import nnx
 from posenc_jax import pretrained
 from posenc_jax.checks import integer
 from posenc_jax.model.config import TransformerConfig
+from posenc_jax.model.loss import token_nll
 from posenc_jax.model.transformer import Transformer
 from posenc_jax.pretrained.families import config_kwargs
 from posenc_jax.pretrained.loader import with_rope_scaling
@@ -70,9 +71,9 @@ class Perplexity:
     """fitness(candidate) -> perplexity of the checkpoint with the candidate's factors."""
 
     def __init__(self, lm: pretrained.Pretrained, tokens: np.ndarray, *, where: str,
-                 attention: str = "dense", scan_layers: bool = True):
+                 attention: str = "dense", scan_layers: bool = True, chunk: int = 1024):
         self.lm, self.tokens, self.where, self.attention = lm, np.asarray(tokens), where, attention
-        self.scan_layers = scan_layers
+        self.scan_layers, self.chunk = scan_layers, chunk
         self.target_length = int(self.tokens.shape[1])
         self.original = int(lm.hf_config.get("max_position_embeddings") or 0)
         if self.target_length <= self.original:
@@ -141,14 +142,15 @@ class Perplexity:
 
     def window_loss(self, candidate: Candidate, *, step: float = 0.01):
         """The jitted loss of the candidate's model: (state, tokens int32 [1, L]) -> the summed
-        NLL of tokens 1..L-1, float32 []. A new function per candidate (its own compile)."""
+        NLL of tokens 1..L-1, float32 []. A new function per candidate (its own compile). The
+        head runs `chunk` positions at a time (`posenc_jax.model.loss`): never [L, V] logits."""
         graphdef = nnx.graphdef(self.model(candidate, step=step))
 
         @jax.jit
         def loss(state, tokens):
-            logits = nnx.merge(graphdef, state)(tokens)[:, :-1]          # [1, L-1, V]
-            logp = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
-            return -jnp.sum(jnp.take_along_axis(logp, tokens[:, 1:, None], axis=-1))
+            model = nnx.merge(graphdef, state)
+            hidden = model.hidden_states(tokens)[:, :-1]                   # [1, L-1, E]
+            return jnp.sum(token_nll(model.head, hidden, tokens[:, 1:], chunk=self.chunk))
 
         return loss
 
