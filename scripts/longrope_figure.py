@@ -14,18 +14,19 @@ OUT.png (the searched factors beside the NTK rule s^(2i/(d-2)), PI and YaRN) and
 import argparse
 import json
 import os
+import pathlib
 import sysconfig
 
 import matplotlib
 import numpy as np
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.pyplot as plt
 
-from posenc_jax import pretrained  # noqa: E402
-from train.longrope.fitness import Perplexity, windows  # noqa: E402
-from train.longrope.search import SearchConfig, estimate, search  # noqa: E402
-from train.longrope.space import PAPER_STARTS, Candidate  # noqa: E402
+from posenc_jax import pretrained
+from train.longrope.fitness import Perplexity, windows
+from train.longrope.search import SearchConfig, estimate, search
+from train.longrope.space import PAPER_STARTS, Candidate
 
 
 def main() -> None:
@@ -43,7 +44,7 @@ def main() -> None:
     args = p.parse_args()
     lm = pretrained.load(args.checkpoint)
     path = os.path.join(sysconfig.get_paths()["stdlib"], "pydoc_data", "topics.py")
-    data = np.frombuffer(open(path, "rb").read(), np.uint8).astype(np.int32)
+    data = np.frombuffer(pathlib.Path(path).read_bytes(), np.uint8).astype(np.int32)
     fit = Perplexity(lm, windows(data, target_length=args.target_length, samples=args.samples),
                      where=args.checkpoint)
     starts = tuple(n for n in PAPER_STARTS if n < fit.original)

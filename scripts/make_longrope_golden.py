@@ -20,7 +20,6 @@ import json
 import os
 import pathlib
 import subprocess
-import sys
 import tempfile
 
 import numpy as np

@@ -289,6 +289,10 @@ class RotaryBase(Encoding):
             return self.head_dim
         return int(self.head_dim * finite_float(key, factor, above=0, maximum=1))
 
+    def _table(self, positions, inv_freq, factor: float):
+        """cos, sin float32 [..., L, R] of `positions` at `inv_freq` (times `factor`)."""
+        return cos_sin(positions, inv_freq, attention_factor=factor)
+
     @functools.cached_property
     def scaling_dict(self) -> dict[str, Any] | None:
         """The validated scaling dict (None for plain RoPE); validated once, at construction."""
@@ -320,7 +324,7 @@ class RotaryBase(Encoding):
         inv_freq, factor = self.frequencies(seq_len)
 
         def table(positions):  # the factor is a concrete float32, never traced
-            return cos_sin(positions, inv_freq, attention_factor=float(factor))
+            return self._table(positions, inv_freq, float(factor))
 
         k_cos, k_sin = table(k_positions)
         if q_positions is k_positions:  # self-attention without a cache: one table for both
@@ -340,8 +344,9 @@ class RoPE(RotaryBase, KernelRotary, LengthDependent):
 
     `unscaled_start` = n (LongRoPE's n-hat, Ding et al. 2024): positions < n rotate with the
     unscaled frequencies (the scaling method's attention factor still applies to all), the
-    rest with the scaled ones. 0 (the default) is plain RoPE; no transformers config can express n > 0, and
-    no kernel applies it (`kernel_rotation` refuses: use a backend that calls `rotate`).
+    rest with the scaled ones. 0 (the default) is the scaled rotation alone; no transformers
+    config can express n > 0, and no kernel applies it (`kernel_rotation` refuses: use a
+    backend that calls `rotate`). Without a scaling dict it changes nothing.
     """
 
     unscaled_start: int = 0
@@ -350,28 +355,16 @@ class RoPE(RotaryBase, KernelRotary, LengthDependent):
         super().__post_init__()
         integer("unscaled_start", self.unscaled_start, minimum=0)
 
-    def rotate(self, params, q, k, q_positions, k_positions, *, seq_len=None):
+    def _table(self, positions, inv_freq, factor: float):
+        """`RotaryBase._table`, with the rows of positions < unscaled_start at the unscaled
+        frequencies (the same attention factor)."""
+        cos, sin = super()._table(positions, inv_freq, factor)
         if self.unscaled_start == 0 or self.scaling is None:
-            return super().rotate(params, q, k, q_positions, k_positions, seq_len=seq_len)
-        integer_array("q_positions", q_positions)
-        integer_array("k_positions", k_positions)
-        if not self.is_length_dependent:
-            seq_len = None
-        elif seq_len is None:
-            seq_len = jnp.max(k_positions) + 1
-        scaled, factor = self.frequencies(seq_len)
-        plain = dataclasses.replace(self, scaling=None, unscaled_start=0).frequencies()[0]
-
-        def table(positions):  # [.., L, R]: unscaled rows below n, scaled (with factor) above
-            cos, sin = cos_sin(positions, scaled, attention_factor=float(factor))
-            cos0, sin0 = cos_sin(positions, plain, attention_factor=float(factor))
-            start = (jnp.asarray(positions) < self.unscaled_start)[..., None]
-            return jnp.where(start, cos0, cos), jnp.where(start, sin0, sin)
-
-        q_cos, q_sin = table(q_positions)
-        k_cos, k_sin = table(k_positions)
-        return (apply_cos_sin(q, q_cos, q_sin, layout=self.layout),
-                apply_cos_sin(k, k_cos, k_sin, layout=self.layout))
+            return cos, sin
+        plain, _ = dataclasses.replace(self, scaling=None, unscaled_start=0).frequencies()
+        cos0, sin0 = cos_sin(positions, plain, attention_factor=factor)
+        start = (jnp.asarray(positions) < self.unscaled_start)[..., None]      # [..., L, 1]
+        return jnp.where(start, cos0, cos), jnp.where(start, sin0, sin)
 
     def regime(self, k_positions):
         if not self.is_length_dependent:

@@ -55,7 +55,7 @@ def test_mutation_and_crossover_keep_every_constraint(seed, pairs, scale, rate):
     population = seeds(space, original_max_position_embeddings=512, base=10000.0)
     seen = set(population)
     for _ in range(12):
-        a, b = (population[i] for i in rng.integers(len(population), size=2))
+        a = population[rng.integers(len(population))]
         child = mutate(rng, a, space, rate=rate, seen=seen)
         _assert_valid(space, child)
         mixed = crossover(rng, a, child, space, rate=rate, seen=seen)
@@ -133,7 +133,7 @@ def test_interrupted_search_resumes_to_the_same_result(tmp_path):
     assert resumed.best == whole.best and resumed.values == whole.values
     drop = [{k: v for k, v in r.items() if k != "seconds"} for r in resumed.records]
     assert drop == [{k: v for k, v in r.items() if k != "seconds"} for r in whole.records]
-    log = [json.loads(line) for line in open(tmp_path / "log.jsonl")]
+    log = [json.loads(line) for line in (tmp_path / "log.jsonl").read_text().splitlines()]
     assert [r["generation"] for r in log] == list(range(9))
     scalars = tensorboard_log.read_scalars(str(tmp_path / "tensorboard"))
     steps = sorted({s for s, _ in scalars["longrope/best_ppl"]})

@@ -19,6 +19,7 @@ function of its seed and its fitness values.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Container
 
 import numpy as np
@@ -58,6 +59,6 @@ def crossover(rng: np.random.Generator, first: Candidate, second: Candidate, spa
         steps = tuple(int(b if t else a) for a, b, t in zip(first.steps, second.steps, take))
         start = second.start if rng.random() < 0.5 else first.start
         child = Candidate(steps, start)
-        if all(a <= b for a, b in zip(steps, steps[1:])) and child not in seen:
+        if all(a <= b for a, b in itertools.pairwise(steps)) and child not in seen:
             return child
     return None

@@ -18,6 +18,7 @@ Shapes: R rotary pairs (rotary_dim / 2).
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 
 import numpy as np
@@ -113,7 +114,7 @@ class Space:
         if min(k) < self.low or max(k) > self.high:
             raise ValueError(f"candidate factors {candidate.factors(self.step)} leave the "
                              f"bounds [{self.low * self.step}, {self.high * self.step}]")
-        if any(a > b for a, b in zip(k, k[1:])):
+        if any(a > b for a, b in itertools.pairwise(k)):
             raise ValueError(f"candidate factors {candidate.factors(self.step)} are not "
                              "non-decreasing toward low frequencies")
         if candidate.start not in self.starts:
