@@ -45,7 +45,7 @@ def main() -> None:
     lm = pretrained.load(args.checkpoint)
     path = os.path.join(sysconfig.get_paths()["stdlib"], "pydoc_data", "topics.py")
     data = np.frombuffer(pathlib.Path(path).read_bytes(), np.uint8).astype(np.int32)
-    fit = Perplexity(lm, windows(data, target_length=args.target_length, samples=args.samples),
+    fit = Perplexity.pretrained(lm, windows(data, target_length=args.target_length, samples=args.samples),
                      where=args.checkpoint)
     starts = tuple(n for n in PAPER_STARTS if n < fit.original)
     space = fit.space(starts=starts)

@@ -2,6 +2,7 @@
 `pretrained.load` builds from the exported dict, the export round-trips, a start count runs
 here and is refused by export, and the command's CPU smoke."""
 
+import dataclasses
 import io
 import json
 import os
@@ -9,8 +10,11 @@ import os
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from flax import nnx
 
 from posenc_jax import pretrained
+from posenc_jax.model.config import TransformerConfig
+from posenc_jax.model.transformer import Transformer
 from train.longrope import cli, export
 from train.longrope.fitness import Perplexity, windows
 from train.longrope.space import Candidate
@@ -85,9 +89,30 @@ def test_short_text_and_short_target_are_refused(fit):
     with pytest.raises(ValueError, match="the text has 10 tokens; 2 window.s. of target_length="
                                          "8 need 16"):
         windows(np.arange(10), target_length=8, samples=2)
-    with pytest.raises(ValueError, match="target_length=64 must exceed the checkpoint's original "
+    with pytest.raises(ValueError, match="target_length=64 must exceed .*llama's original "
                                          "context max_position_embeddings=64"):
-        Perplexity(fit.lm, fit.tokens[:, :64], where=TINY)
+        Perplexity.pretrained(pretrained.load(TINY), fit.tokens[:, :64], where=TINY)
+
+
+@pytest.mark.parametrize("layers", [None, ["rope", "nope"]])
+def test_a_model_of_ours_takes_the_candidate_at_every_rope_layer(layers):
+    config = TransformerConfig(vocab_size=64, num_layers=2, embed_dim=32, num_heads=2,
+                               mlp_dim=64, encoding="nope" if layers else "rope",
+                               layer_encodings=layers)
+    model = Transformer(config, rngs=nnx.Rngs(0))
+    tokens = np.random.default_rng(0).integers(0, 64, (2, 48)).astype(np.int32)
+    fit = Perplexity.of_model(model, tokens, original=16)
+    assert (fit.pairs, fit.scale) == (8, 3.0)
+    cand = fit.seeds(fit.space())[1]
+    cfg = fit.config(cand)
+    assert tuple(cfg.layer_encoding(0).scaling_dict["long_factor"]) == cand.factors(0.01)
+    assert cfg.layer_encoding(1).name == ("nope" if layers else "rope")
+    scaled = dataclasses.replace(config, **(
+        {"layer_encodings": [("rope", {"scaling": fit.scaling(cand)}), "nope"]} if layers
+        else {"encoding_kwargs": {"scaling": fit.scaling(cand)}}))
+    want = Transformer(scaled, rngs=nnx.Rngs(0))(jnp.asarray(tokens))
+    np.testing.assert_allclose(fit.model(cand)(jnp.asarray(tokens)), want, atol=1e-5)
+    assert np.isfinite(fit(cand)) and fit(cand) != fit(Candidate((100,) * 8, 0))
 
 
 def test_command_smoke(tmp_path):

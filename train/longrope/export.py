@@ -22,10 +22,11 @@ from typing import Any
 
 from posenc_jax._frozen import thaw
 from posenc_jax.checks import integer
+from posenc_jax.encodings.rope import RoPE
 from posenc_jax.model.config import TransformerConfig
 from train.longrope.space import Candidate
 
-__all__ = ["rope_scaling", "scaling_dict", "with_start"]
+__all__ = ["rope_scaling", "scaling_dict", "with_scaling", "with_start"]
 
 
 def scaling_dict(candidate: Candidate, *, step: float, original_max_position_embeddings: int,
@@ -74,3 +75,20 @@ def with_start(config: TransformerConfig, start: int) -> TransformerConfig:
     return dataclasses.replace(
         config, encoding_kwargs=entry(config.encoding, config.encoding_kwargs)[1],
         layer_encodings=None if layers is None else [entry(*e) for e in layers])
+
+
+def with_scaling(config: TransformerConfig, scaling: dict[str, Any]) -> TransformerConfig:
+    """`config` whose RoPE encodings (every layer's, for a model of ours) take `scaling`."""
+
+    def entry(name: str, kwargs: Any, encoding) -> dict[str, Any]:
+        kw = dict(thaw(kwargs) or {})
+        if isinstance(encoding, RoPE):
+            kw["scaling"] = dict(scaling)
+        return kw
+
+    layers = config.layer_encodings
+    if layers is None:
+        kwargs = entry(config.encoding, config.encoding_kwargs, config.layer_encoding(0))
+        return dataclasses.replace(config, encoding_kwargs=kwargs)
+    return dataclasses.replace(config, layer_encodings=[
+        (name, entry(name, kw, config.layer_encoding(i))) for i, (name, kw) in enumerate(layers)])

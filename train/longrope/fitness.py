@@ -2,6 +2,7 @@
 factors (LongRoPE's objective, Ding et al. 2024, eq. 3), on the user's text.
 
     fit = Perplexity.load("SmolLM2.gguf", target_length=16384, text="book.txt", samples=2)
+    fit = Perplexity.of_model(model, tokens, original=128)     # a model of ours (a study's)
     fit(candidate)                       # exp(mean next-token NLL over the windows), float
     fit.space(starts=(0,)), fit.seeds(space)
 
@@ -23,6 +24,7 @@ import dataclasses
 import math
 import os
 import pathlib
+from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
@@ -68,19 +70,24 @@ def windows(ids, *, target_length: int, samples: int) -> np.ndarray:
 
 
 class Perplexity:
-    """fitness(candidate) -> perplexity of the checkpoint with the candidate's factors."""
+    """fitness(candidate) -> perplexity at the target length of a model with the candidate's
+    factors. `Perplexity.load` (a checkpoint and a text file), `Perplexity.pretrained` (a
+    loaded checkpoint) or `Perplexity.of_model` (a model of ours, e.g. a study's) build one;
+    the constructor takes `rebuild(scaling dict) -> TransformerConfig`, the model's config with
+    that dict at every layer that takes one."""
 
-    def __init__(self, lm: pretrained.Pretrained, tokens: np.ndarray, *, where: str,
-                 attention: str = "dense", scan_layers: bool = True, chunk: int = 1024):
-        self.lm, self.tokens, self.where, self.attention = lm, np.asarray(tokens), where, attention
+    def __init__(self, model: Transformer, tokens: np.ndarray, *, original: int,
+                 rebuild: Callable[[dict], TransformerConfig], where: str = "the model",
+                 scan_layers: bool = True, chunk: int = 1024):
+        self.tokens, self.where, self.rebuild = np.asarray(tokens), where, rebuild
         self.scan_layers, self.chunk = scan_layers, chunk
         self.target_length = int(self.tokens.shape[1])
-        self.original = int(lm.hf_config.get("max_position_embeddings") or 0)
+        self.original = integer("original", original, minimum=1)
         if self.target_length <= self.original:
-            raise ValueError(f"target_length={self.target_length} must exceed the checkpoint's "
+            raise ValueError(f"target_length={self.target_length} must exceed {where}'s "
                              f"original context max_position_embeddings={self.original}")
-        self.state = nnx.state(lm.model)
-        probe = self.config(Candidate((100,), 0), probe=True)
+        self.state = nnx.state(model)
+        probe = rebuild({"rope_type": "linear", "factor": self.scale})
         scaled = [probe.layer_encoding(i) for i in range(probe.num_layers)
                   if getattr(probe.layer_encoding(i), "scaling", None) is not None]
         if not scaled:
@@ -88,17 +95,38 @@ class Perplexity:
         self.pairs, self.base = scaled[0].rotary_dim // 2, float(scaled[0].base)
 
     @classmethod
+    def pretrained(cls, lm: pretrained.Pretrained, tokens: np.ndarray, *, where: str,
+                   attention: str = "dense", **kwargs) -> Perplexity:
+        """For a loaded checkpoint: its config.json rebuilt with each candidate's dict (as
+        `pretrained.load(..., rope_scaling=...)` builds it; Gemma 3: the full-attention
+        layers), L0 its max_position_embeddings."""
+        def rebuild(scaling):
+            hf = with_rope_scaling(lm.hf_config, scaling)
+            return TransformerConfig(**config_kwargs(hf, where=where), dtype=lm.config.dtype,
+                                     param_dtype=lm.config.param_dtype, attention=attention)
+
+        original = int(lm.hf_config.get("max_position_embeddings") or 0)
+        return cls(lm.model, tokens, original=original, rebuild=rebuild, where=where, **kwargs)
+
+    @classmethod
+    def of_model(cls, model: Transformer, tokens: np.ndarray, *, original: int,
+                 **kwargs) -> Perplexity:
+        """For a model of ours trained at length `original`: every RoPE layer takes the
+        candidate's dict (`export.with_scaling`)."""
+        return cls(model, tokens, original=original, **kwargs,
+                   rebuild=lambda scaling: export.with_scaling(model.config, scaling))
+
+    @classmethod
     def load(cls, checkpoint: str | os.PathLike, *, target_length: int, text: str,
              samples: int = 1, attention: str = "dense", dtype: str = "float32",
-             scan_layers: bool = True) -> Perplexity:
+             **kwargs) -> Perplexity:
         """Reads the checkpoint and tokenizes `text` (a path: `read_text`)."""
         lm = pretrained.load(checkpoint, dtype=dtype, attention=attention)
         if lm.tokenizer is None:
             raise ValueError(f"checkpoint={str(checkpoint)!r} has no tokenizer to read the text")
         ids = lm.tokenizer.encode(read_text(text))
         tokens = windows(ids, target_length=target_length, samples=samples)
-        return cls(lm, tokens, where=str(checkpoint), attention=attention,
-                   scan_layers=scan_layers)
+        return cls.pretrained(lm, tokens, where=str(checkpoint), attention=attention, **kwargs)
 
     @property
     def scale(self) -> float:
@@ -115,21 +143,10 @@ class Perplexity:
         return export.scaling_dict(candidate, step=step, target_length=self.target_length,
                                    original_max_position_embeddings=self.original)
 
-    def config(self, candidate: Candidate, *, step: float = 0.01,
-               probe: bool = False) -> TransformerConfig:
+    def config(self, candidate: Candidate, *, step: float = 0.01) -> TransformerConfig:
         """The model config with the candidate's factors and start count."""
-        if probe:  # any valid longrope dict: the layers that take it and their rotary dims
-            scaling = {"rope_type": "linear", "factor": self.scale}
-        else:
-            scaling = self.scaling(candidate, step=step)
-        hf = with_rope_scaling(self.lm.hf_config, scaling)
-        dtype = self.lm.config.dtype
-        cfg = TransformerConfig(**config_kwargs(hf, where=self.where), dtype=dtype,
-                                param_dtype=self.lm.config.param_dtype,
-                                attention=self.attention)
-        if probe:
-            return cfg
-        cfg = export.with_start(cfg, candidate.start)
+        cfg = export.with_start(self.rebuild(self.scaling(candidate, step=step)),
+                                candidate.start)
         if self.scan_layers and cfg.layer_encodings is None:  # one encoding: compile once, not
             cfg = dataclasses.replace(cfg, scan_layers=True)  # per layer (same params)
         return cfg
