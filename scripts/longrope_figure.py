@@ -68,7 +68,7 @@ def main() -> None:
                                 "ppl": result.values[best0]},
            "seeds": {n: {"long_factor": list(c.factors(space.step)),
                          "ppl": result.values[c]} for n, c in zip(names, seeds)},
-           "original_rope_ppl": fit(Candidate((space.low,) * space.pairs, 0))}
+           "all_ones_ppl": fit(Candidate((space.low,) * space.pairs, 0))}
     with open(args.out + ".json", "w") as f:
         json.dump(out, f, indent=1)
     i = np.arange(fit.pairs)
