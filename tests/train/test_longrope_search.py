@@ -161,3 +161,11 @@ def test_nan_fitness_ranks_last():
     cfg = SearchConfig(generations=2, population=6, parents=3, mutations=2, crossovers=1)
     result = search(lambda c: float("nan") if c.start == 0 else synthetic(c), SPACE, cfg)
     assert result.best.start != 0 and np.isfinite(result.value)
+
+
+def test_a_space_smaller_than_the_population_ends():
+    tiny = Space(pairs=1, scale=1.03, max_ratio=1.0, starts=(0,))  # 1.00, 1.01, 1.02, 1.03
+    result = search(lambda c: abs(c.steps[0] - 102), tiny,
+                    SearchConfig(generations=3, population=16, parents=8, mutations=4,
+                                 crossovers=4))
+    assert result.best.steps == (102,) and result.value == 0 and len(result.values) == 4

@@ -153,10 +153,12 @@ class _Run:
         for seed in seeds:
             if seed not in self.population and len(self.population) < self.config.population:
                 self.population.append(self.evaluate(seed))
-        i = 0
-        while len(self.population) < self.config.population:
-            self.population.append(self.evaluate(self.child(self.population[i])))
-            i += 1
+        for i in range(10 * self.config.population):  # bounded: a tiny space may run out
+            if len(self.population) >= self.config.population:
+                break
+            kid = self.evaluate(self.child(self.population[i % len(self.population)]))
+            if kid not in self.population:
+                self.population.append(kid)
 
     def next_generation(self) -> None:
         cfg = self.config
