@@ -132,3 +132,22 @@ def test_command_smoke(tmp_path):
     lm = pretrained.load(TINY, rope_scaling=scaling)
     assert list(lm.config.layer_encoding(0).scaling_dict["long_factor"]) == (
         scaling["long_factor"])
+
+
+def test_gemma3_searches_its_full_attention_layers_only():
+    gemma = os.path.join(os.path.dirname(TINY), "gemma3_text")
+    lm = pretrained.load(gemma)
+    tokens = np.random.default_rng(1).integers(0, 200, (1, 96)).astype(np.int32)
+    fit = Perplexity.pretrained(lm, tokens, where=gemma)
+    cand = Candidate((100, 110, 130, 150, 150, 160, 170, 180), 2)
+    assert (fit.pairs, fit.base, fit.original) == (8, 1e6, 64)
+    cfg = fit.config(cand)
+    kinds = {(e.scaling is not None, e.unscaled_start, e.base) for e in map(
+        cfg.layer_encoding, range(cfg.num_layers))}
+    assert kinds == {(False, 0, 1e4), (True, 2, 1e6)}  # sliding layers untouched
+    want = pretrained.load(gemma, rope_scaling=fit.scaling(cand)).model
+    assert not cfg.scan_layers  # one encoding per layer type: the loop
+    zero = Candidate(cand.steps, 0)
+    np.testing.assert_array_equal(fit.model(zero)(jnp.asarray(tokens)),
+                                  want(jnp.asarray(tokens)))
+    assert np.isfinite(fit(cand)) and fit(cand) != fit(zero)

@@ -53,6 +53,8 @@ def test_mutation_and_crossover_keep_every_constraint(seed, pairs, scale, rate):
     space = Space(pairs=pairs, scale=scale, starts=(0, 1, 2, 4, 8))
     rng = np.random.Generator(np.random.PCG64(seed))
     population = seeds(space, original_max_position_embeddings=512, base=10000.0)
+    for seed_candidate in population:  # PI, NTK and YaRN snapped into the space
+        _assert_valid(space, seed_candidate)
     seen = set(population)
     for _ in range(12):
         a = population[rng.integers(len(population))]
