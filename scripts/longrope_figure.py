@@ -26,7 +26,7 @@ import matplotlib.pyplot as plt
 from posenc_jax import pretrained
 from train.longrope.fitness import Perplexity, windows
 from train.longrope.search import SearchConfig, estimate, search
-from train.longrope.space import PAPER_STARTS, Candidate
+from train.longrope.space import Candidate
 
 
 def main() -> None:
@@ -47,8 +47,7 @@ def main() -> None:
     data = np.frombuffer(pathlib.Path(path).read_bytes(), np.uint8).astype(np.int32)
     fit = Perplexity.pretrained(lm, windows(data, target_length=args.target_length, samples=args.samples),
                      where=args.checkpoint)
-    starts = tuple(n for n in PAPER_STARTS if n < fit.original)
-    space = fit.space(starts=starts)
+    space = fit.space()  # the paper's starts below the original length
     seeds = fit.seeds(space)
     config = SearchConfig(generations=args.generations, population=args.population,
                           parents=args.parents, mutations=args.mutations,

@@ -151,3 +151,18 @@ def test_gemma3_searches_its_full_attention_layers_only():
     np.testing.assert_array_equal(fit.model(zero)(jnp.asarray(tokens)),
                                   want(jnp.asarray(tokens)))
     assert np.isfinite(fit(cand)) and fit(cand) != fit(zero)
+
+
+def test_command_with_a_start_count_writes_no_rope_scaling_and_says_why(tmp_path):
+    argv = [f"--checkpoint={TINY}", f"--target_length={TARGET}", f"--text={README}",
+            f"--workdir={tmp_path}", "--generations=0", "--population=1", "--parents=1",
+            "--starts=4"]
+    out = io.StringIO()
+    summary = cli.run(cli.parser().parse_args(argv), out=out)
+    assert summary["unscaled_start"] == 4 and (tmp_path / "result.json").exists()
+    assert not (tmp_path / "rope_scaling.json").exists()
+    assert "no rope_scaling.json: cannot export start=4 as a Hugging Face rope_scaling" in (
+        out.getvalue())
+    with pytest.raises(ValueError, match="--starts must be a comma list of ints, got "
+                                         "--starts='0,x'"):
+        cli.run(cli.parser().parse_args([*argv[:-1], "--starts=0,x"]))

@@ -24,7 +24,6 @@ from train.longrope import export
 from train.longrope.fitness import Perplexity
 from train.longrope.progress import write_json
 from train.longrope.search import SearchConfig, estimate, search
-from train.longrope.space import PAPER_STARTS
 
 __all__ = ["main", "parser", "run"]
 
@@ -41,8 +40,8 @@ def parser() -> argparse.ArgumentParser:
         p.add_argument(f"--{key}", type=int, default=getattr(defaults, key))
     p.add_argument("--rate", type=float, default=defaults.rate, help="mutation probability")
     p.add_argument("--samples", type=int, default=1, help="windows of target_length tokens")
-    p.add_argument("--starts", default=",".join(map(str, PAPER_STARTS)),
-                   help="allowed start counts (comma list); 0 alone keeps the result exportable")
+    p.add_argument("--starts", default=None, help="allowed start counts, a comma list (default:"
+                   " the paper's below the original length); 0 alone keeps the result exportable")
     p.add_argument("--step", type=float, default=0.01, help="the factors' grid")
     p.add_argument("--max_ratio", type=float, default=1.25, help="upper bound / target scale")
     p.add_argument("--attention", default="dense", help="the attention backend (one that "
@@ -54,9 +53,11 @@ def parser() -> argparse.ArgumentParser:
 def run(args: argparse.Namespace, *, out=sys.stdout) -> dict:
     """The search of `args` (see `parser`); returns what result.json holds."""
     try:
-        starts = tuple(int(s) for s in str(args.starts).split(",") if s.strip())
+        starts = None if args.starts is None else tuple(
+            int(s) for s in str(args.starts).split(",") if s.strip())
     except ValueError:
-        raise ValueError(f"--starts must be a comma list of ints, got --starts={args.starts!r}")
+        raise ValueError(f"--starts must be a comma list of ints, got --starts={args.starts!r}"
+                         ) from None
     config = SearchConfig(**{k: getattr(args, k) for k in (
         "generations", "population", "parents", "mutations", "crossovers", "seed", "rate")})
     fit = Perplexity.load(args.checkpoint, target_length=args.target_length, text=args.text,

@@ -132,8 +132,11 @@ class Perplexity:
     def scale(self) -> float:
         return self.target_length / self.original
 
-    def space(self, *, starts=PAPER_STARTS, **kwargs) -> Space:
-        """The paper's space for this model and target length (`Space`'s keywords)."""
+    def space(self, *, starts=None, **kwargs) -> Space:
+        """The paper's space for this model and target length (`Space`'s keywords); the
+        default starts are the paper's below the original length (all of them from L0 = 257)."""
+        if starts is None:
+            starts = [n for n in PAPER_STARTS if n < self.original]
         return Space(pairs=self.pairs, scale=self.scale, starts=tuple(starts), **kwargs)
 
     def seeds(self, space: Space) -> list[Candidate]:
