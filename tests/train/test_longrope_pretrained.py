@@ -113,6 +113,10 @@ def test_a_model_of_ours_takes_the_candidate_at_every_rope_layer(layers):
     want = Transformer(scaled, rngs=nnx.Rngs(0))(jnp.asarray(tokens))
     np.testing.assert_allclose(fit.model(cand)(jnp.asarray(tokens)), want, atol=1e-5)
     assert np.isfinite(fit(cand)) and fit(cand) != fit(Candidate((100,) * 8, 0))
+    coarse = Perplexity.of_model(model, tokens, original=16, step=0.1)  # the grid travels
+    space = coarse.space()
+    assert space.step == 0.1 and (space.low, space.high) == (10, 37)
+    assert coarse.scaling(Candidate((10,) * 7 + (37,), 0))["long_factor"] == [1.0] * 7 + [3.7]
 
 
 def test_command_smoke(tmp_path):

@@ -61,8 +61,9 @@ def run(args: argparse.Namespace, *, out=sys.stdout) -> dict:
     config = SearchConfig(**{k: getattr(args, k) for k in (
         "generations", "population", "parents", "mutations", "crossovers", "seed", "rate")})
     fit = Perplexity.load(args.checkpoint, target_length=args.target_length, text=args.text,
-                          samples=args.samples, attention=args.attention, dtype=args.dtype)
-    space = fit.space(starts=starts, step=args.step, max_ratio=args.max_ratio)
+                          samples=args.samples, attention=args.attention, dtype=args.dtype,
+                          step=args.step)
+    space = fit.space(starts=starts, max_ratio=args.max_ratio)
     seeds = fit.seeds(space)
     cost, value = estimate(fit, seeds[0], config)
     print(f"longrope search: R={space.pairs} pairs, scale {space.scale:g} "
@@ -78,7 +79,7 @@ def run(args: argparse.Namespace, *, out=sys.stdout) -> dict:
     result = search(fit, space, config, seeds=seeds, workdir=args.workdir,
                     known={seeds[0]: value}, on_generation=progress)
     values = {c: result.values[c] if c in result.values else fit(c) for c in seeds}
-    summary = {"rope_scaling": fit.scaling(result.best, step=space.step),
+    summary = {"rope_scaling": fit.scaling(result.best),
                "unscaled_start": result.best.start, "perplexity": result.value,
                "seeds": {name: values[c] for name, c in zip(("pi", "ntk", "yarn"), seeds)},
                "estimate": vars(cost), "checkpoint": str(args.checkpoint),

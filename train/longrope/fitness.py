@@ -78,8 +78,9 @@ class Perplexity:
 
     def __init__(self, model: Transformer, tokens: np.ndarray, *, original: int,
                  rebuild: Callable[[dict], TransformerConfig], where: str = "the model",
-                 scan_layers: bool = True, chunk: int = 1024):
+                 step: float = 0.01, scan_layers: bool = True, chunk: int = 1024):
         self.tokens, self.where, self.rebuild = np.asarray(tokens), where, rebuild
+        self.step = step  # the grid of the candidates' factors (`Space.step`)
         self.scan_layers, self.chunk = scan_layers, chunk
         self.target_length = int(self.tokens.shape[1])
         self.original = integer("original", original, minimum=1)
@@ -137,34 +138,36 @@ class Perplexity:
         default starts are the paper's below the original length (all of them from L0 = 257)."""
         if starts is None:
             starts = [n for n in PAPER_STARTS if n < self.original]
-        return Space(pairs=self.pairs, scale=self.scale, starts=tuple(starts), **kwargs)
+        return Space(pairs=self.pairs, scale=self.scale, starts=tuple(starts), step=self.step,
+                     **kwargs)
 
     def seeds(self, space: Space) -> list[Candidate]:
         return seeds(space, original_max_position_embeddings=self.original, base=self.base)
 
-    def scaling(self, candidate: Candidate, *, step: float = 0.01) -> dict:
-        return export.scaling_dict(candidate, step=step, target_length=self.target_length,
+    def scaling(self, candidate: Candidate) -> dict:
+        """The candidate's longrope dict (its start count is not in it)."""
+        return export.scaling_dict(candidate, step=self.step, target_length=self.target_length,
                                    original_max_position_embeddings=self.original)
 
-    def config(self, candidate: Candidate, *, step: float = 0.01) -> TransformerConfig:
+    def config(self, candidate: Candidate) -> TransformerConfig:
         """The model config with the candidate's factors and start count."""
-        cfg = export.with_start(self.rebuild(self.scaling(candidate, step=step)),
+        cfg = export.with_start(self.rebuild(self.scaling(candidate)),
                                 candidate.start)
         if self.scan_layers and cfg.layer_encodings is None:  # one encoding: compile once, not
             cfg = dataclasses.replace(cfg, scan_layers=True)  # per layer (same params)
         return cfg
 
-    def model(self, candidate: Candidate, *, step: float = 0.01) -> Transformer:
+    def model(self, candidate: Candidate) -> Transformer:
         """The loaded model with the candidate's factors (its params, shared, not copied)."""
-        cfg = self.config(candidate, step=step)
+        cfg = self.config(candidate)
         graphdef = nnx.graphdef(nnx.eval_shape(lambda: Transformer(cfg, rngs=nnx.Rngs(0))))
         return nnx.merge(graphdef, self.state)
 
-    def window_loss(self, candidate: Candidate, *, step: float = 0.01):
+    def window_loss(self, candidate: Candidate):
         """The jitted loss of the candidate's model: (state, tokens int32 [1, L]) -> the summed
         NLL of tokens 1..L-1, float32 []. A new function per candidate (its own compile). The
         head runs `chunk` positions at a time (`posenc_jax.model.loss`): never [L, V] logits."""
-        graphdef = nnx.graphdef(self.model(candidate, step=step))
+        graphdef = nnx.graphdef(self.model(candidate))
 
         @jax.jit
         def loss(state, tokens):
@@ -174,9 +177,9 @@ class Perplexity:
 
         return loss
 
-    def nll(self, candidate: Candidate, *, step: float = 0.01) -> float:
+    def nll(self, candidate: Candidate) -> float:
         """Mean next-token negative log-likelihood over the windows (nats)."""
-        loss = self.window_loss(candidate, step=step)
+        loss = self.window_loss(candidate)
         total = sum(float(loss(self.state, jnp.asarray(row[None]))) for row in self.tokens)
         return total / (self.tokens.shape[0] * (self.target_length - 1))
 
