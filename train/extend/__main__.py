@@ -9,7 +9,7 @@ from absl import app, flags, logging
 from ml_collections import config_flags
 
 from posenc_jax import pretrained
-from train import xla_flags
+from train import cli, xla_flags
 from train.extend import runner
 
 config_flags.DEFINE_config_file("config", None, "an extension config (configs/extend_*.py)",
@@ -28,4 +28,4 @@ def main(argv: Sequence[str]) -> None:
 
 if __name__ == "__main__":
     xla_flags.apply_cpu_defaults()  # before JAX starts its backend; never over XLA_FLAGS
-    app.run(main)
+    app.run(main, flags_parser=cli.parse_flags)  # an unknown key: one line, no traceback
