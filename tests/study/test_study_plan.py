@@ -18,7 +18,7 @@ from posenc_jax._frozen import thaw
 from posenc_jax.encodings import rope_scaling
 from train.runtime import Runtime
 from train.study import plan as study_plan
-from train.study import scalings
+from train.engine import scalings
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 

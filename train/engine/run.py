@@ -55,7 +55,7 @@ def _run(study: Study, plan, requested: int, *, progress: bool, context: dict,
     todo = [job for job in plan.jobs if job not in results]
     count = max(1, min(requested, len(workers.models_to_do(plan, todo))))
     invocation = {"started": time.strftime("%Y-%m-%d %H:%M:%S"), "jobs": len(todo),
-                  "load_at_start": list(os.getloadavg()), "workers": count}
+                  "load_at_start": list(os.getloadavg()), "workers": count, "estimate_s": 0.0}
     if todo:
         start = time.perf_counter()
         est = (study.estimate(ctx, todo, count) if study.estimate
