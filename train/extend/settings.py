@@ -162,12 +162,20 @@ def _model(config, name: str, inspect: Callable[[str], Facts]) -> Model:
                  passkey_lengths=parse(own or config.lengths, key))
 
 
+def _depth(text: str, spec: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(f"config.passkey.depths={spec!r}: {text.strip()!r} is not a number in "
+                         "[0, 1]") from None
+    return checks.finite_float("config.passkey.depths", value, minimum=0.0, maximum=1.0)
+
+
 def _passkey(config) -> Passkey:
     pk = config.passkey
     _known(pk, PASSKEY_KEYS, "config.passkey")
-    depths = tuple(checks.finite_float("config.passkey.depths", float(d), minimum=0.0,
-                                       maximum=1.0)
-                   for d in _string("config.passkey.depths", pk.depths).split(",") if d.strip())
+    depths = tuple(_depth(d, pk.depths) for d in _string("config.passkey.depths",
+                                                          pk.depths).split(",") if d.strip())
     digits = checks.integer("config.passkey.digits", pk.digits, minimum=1, maximum=MAX_DIGITS)
     seed = checks.integer("config.passkey.seed", pk.seed, minimum=0)
     count = checks.positive_int("config.passkey.keys_per_depth", pk.keys_per_depth)
