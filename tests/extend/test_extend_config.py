@@ -60,8 +60,9 @@ def forbidden(*args, **kwargs):
      r"unknown config.scaling_overrides method 'pi'; valid: 'linear'"),
     ("model.smollm2.file", "", ValueError, r"config.model.smollm2.file is empty: name the "
                                            r"checkpoint"),
-    ("models", "smollm2,llama", ValueError, r"config.models='smollm2,llama': unknown \['llama'\] "
-                                            r"\(unknown model 'llama'; valid: 'smollm2', 'gemma3'\)"),
+    ("models", "smollm2,llama", ValueError,
+     r"config.models='smollm2,llama': unknown \['llama'\] \(unknown model 'llama'; valid: "
+     r"'gemma3', 'smollm2'\)"),
     ("foo", 1, ValueError, r"config.foo: the extension study has no such key \(config's keys: "
                            r"models, model, pretrained_dir"),
     ("passkey.depth", "0.5", ValueError, r"config.passkey.depth: the extension study has no "
