@@ -3,8 +3,10 @@ runner, report, one small file each): it runs end to end, a rerun runs nothing, 
 after the job in progress and the rerun continues, a busy workdir is refused; and the
 engine's shared vocabulary (lengths, names, store, timings, FLOPs) by hand."""
 
+import ast
 import json
 import os
+import pathlib
 import signal
 
 import ml_collections
@@ -146,3 +148,23 @@ def test_flops_by_hand():
     assert flops.attention_flops(mc, 10, causal=False) == 4.0 * 2 * 2 * 4 * 100
     assert flops.dense_forward_flops_per_token(mc, 10) == 2 * (2 * 576 + 800) + 4 * 2 * 2 * 4 * 10
     assert flops.train_flops(mc, 10, 30) == 3 * 30 * flops.dense_forward_flops_per_token(mc, 10)
+
+
+def _imports(folder: str) -> set[str]:
+    root = pathlib.Path(__file__).resolve().parents[2]
+    out = set()
+    for path in (root / folder).glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                out.add(node.module)
+            elif isinstance(node, ast.Import):
+                out.update(a.name for a in node.names)
+    return out
+
+
+def test_the_studies_share_only_the_engine():
+    """Neither study reaches into the other; the engine knows neither."""
+    assert not {m for m in _imports("train/engine") if m.startswith(("train.study",
+                                                                     "train.extend"))}
+    assert not {m for m in _imports("train/study") if m.startswith("train.extend")}
+    assert not {m for m in _imports("train/extend") if m.startswith("train.study")}
