@@ -13,6 +13,7 @@ stops in order (file:function). Used for issue 29's before / after figures.
 from __future__ import annotations
 
 import importlib.util
+import itertools
 import json
 import os
 import sys
@@ -84,7 +85,7 @@ def main(argv: list[str]) -> int:
         sys.setprofile(None)
     files = [s.split(":")[0] for s in stops]
     left, returns = set(), 0
-    for prev, here in zip(files, files[1:]):
+    for prev, here in itertools.pairwise(files):
         if here != prev:
             left.add(prev)
             returns += here in left

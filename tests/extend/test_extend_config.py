@@ -42,32 +42,32 @@ def forbidden(*args, **kwargs):
      r"config.calibrate_len must be >= 1, got config.calibrate_len=0"),
     ("lengths", "", ValueError, r"config.lengths='' names no length"),
     ("lengths", "C/0", ValueError, r"length 'C/0' in config.lengths divides by zero"),
-    ("lengths", "C,3X", ValueError, r"length '3X' must be an int or 'C', '2C', 'C/4' in "
-                                    r"config.lengths"),
+    ("lengths", "C,3X", ValueError, (r"length '3X' must be an int or 'C', '2C', 'C/4' in "
+                                    r"config.lengths")),
     ("lengths", "C/3", ValueError,
      r"length 'C/3' is not a whole number of tokens for C=8192 in config.lengths"),
     ("model.smollm2.rotary_dim", 7, ValueError,
-     rf"config.model.smollm2.rotary_dim=7 contradicts the checkpoint: \S*{FILE} holds a rotary "
-     r"dim=64; leave it 0 to read it from the checkpoint"),
+     (rf"config.model.smollm2.rotary_dim=7 contradicts the checkpoint: \S*{FILE} holds a rotary "
+     r"dim=64; leave it 0 to read it from the checkpoint")),
     ("model.smollm2.context", 4096, ValueError,
-     rf"config.model.smollm2.context=4096 contradicts the checkpoint: \S*{FILE} holds "
-     r"max_position_embeddings=8192; leave it 0"),
+     (rf"config.model.smollm2.context=4096 contradicts the checkpoint: \S*{FILE} holds "
+     r"max_position_embeddings=8192; leave it 0")),
     ("methods", "none,none", ValueError, r"config.methods='none,none' names an entry twice"),
-    ("dtype", "float16", ValueError, r"unknown config.dtype 'float16'; valid: 'float32', "
-                                     r"'bfloat16'"),
+    ("dtype", "float16", ValueError, (r"unknown config.dtype 'float16'; valid: 'float32', "
+                                     r"'bfloat16'")),
     ("attention", "flash", ValueError, r"unknown config.attention 'flash'; valid: "),
     ("scaling_overrides.pi", {"factor": 2.0}, ValueError,
      r"unknown config.scaling_overrides method 'pi'; valid: 'linear'"),
-    ("model.smollm2.file", "", ValueError, r"config.model.smollm2.file is empty: name the "
-                                           r"checkpoint"),
+    ("model.smollm2.file", "", ValueError, (r"config.model.smollm2.file is empty: name the "
+                                           r"checkpoint")),
     ("models", "smollm2,llama", ValueError,
-     r"config.models='smollm2,llama': unknown \['llama'\] \(unknown model 'llama'; valid: "
-     r"'gemma3', 'smollm2'\)"),
-    ("foo", 1, ValueError, r"config.foo: the extension study has no such key \(config's keys: "
-                           r"models, model, pretrained_dir"),
-    ("passkey.depth", "0.5", ValueError, r"config.passkey.depth: the extension study has no "
+     (r"config.models='smollm2,llama': unknown \['llama'\] \(unknown model 'llama'; valid: "
+     r"'gemma3', 'smollm2'\)")),
+    ("foo", 1, ValueError, (r"config.foo: the extension study has no such key \(config's keys: "
+                           r"models, model, pretrained_dir")),
+    ("passkey.depth", "0.5", ValueError, (r"config.passkey.depth: the extension study has no "
                                          r"such key \(config.passkey's keys: enabled, lengths, "
-                                         r"depths"),
+                                         r"depths")),
 ])
 def test_each_bad_setting_is_refused_before_any_job(tmp_path, key, value, error, message):
     config = extend_smollm2.get_config()

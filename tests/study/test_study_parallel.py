@@ -17,11 +17,11 @@ import warnings
 
 import pytest
 
-from train.runtime import Runtime
 from train.engine import progress
 from train.engine import workers as parallel
-from train.study import runner
+from train.runtime import Runtime
 from train.study import plan as study_plan
+from train.study import runner
 from train.study.jobs import FinetuneJob
 from train.workdir_lock import WorkdirBusyError, WorkdirLock
 

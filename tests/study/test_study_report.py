@@ -5,7 +5,7 @@ training: these are pure functions of rows (train/study/table.py, aggregate.py, 
 import math
 
 from train.engine.store import write_text
-from train.study import aggregate, figures, files, table
+from train.study import aggregate, figures, table
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

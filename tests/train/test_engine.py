@@ -92,15 +92,15 @@ def test_a_busy_workdir_is_refused_before_any_job(tmp_path):
 
 
 @pytest.mark.parametrize("key, value, error, message", [
-    ("lengths", "B,C/0", ValueError, r"^length 'C/0' must be an int or 'B', '2B', 'B/4' in "
+    ("lengths", "B,C/0", ValueError, (r"^length 'C/0' must be an int or 'B', '2B', 'B/4' in "
                                      r"config.lengths: a length must be a positive int or a "
-                                     r"multiple of B \(B=64\)$"),
+                                     r"multiple of B \(B=64\)$")),
     ("lengths", "B/0", ValueError, r"^length 'B/0' in config.lengths divides by zero$"),
-    ("lengths", "B/3", ValueError, r"^length 'B/3' is not a whole number of tokens for B=64 "
-                                   r"in config.lengths$"),
+    ("lengths", "B/3", ValueError, (r"^length 'B/3' is not a whole number of tokens for B=64 "
+                                   r"in config.lengths$")),
     ("lengths", "", ValueError, r"^config.lengths='' names no length$"),
-    ("methods", "none,pi", ValueError, r"^config.methods='none,pi': unknown \['pi'\] \(unknown "
-                                       r"method 'pi'; valid: 'none', 'linear'"),
+    ("methods", "none,pi", ValueError, (r"^config.methods='none,pi': unknown \['pi'\] \(unknown "
+                                       r"method 'pi'; valid: 'none', 'linear'")),
     ("methods", "none,none", ValueError, r"^config.methods='none,none' names an entry twice$"),
     ("methods", "", ValueError, r"^config.methods='' names no method; valid: 'none'"),
     ("methods", 3, TypeError, r"^config.methods must be a comma-separated string, got int: 3$"),

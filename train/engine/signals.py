@@ -14,6 +14,7 @@ saves a checkpoint on SIGTERM) keeps it while it runs.
 from __future__ import annotations
 
 import signal
+from typing import Self
 
 SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
@@ -26,7 +27,7 @@ class Stop:
         self._signals = tuple(signals)
         self._old: dict = {}
 
-    def __enter__(self) -> Stop:
+    def __enter__(self) -> Self:
         for sig in self._signals:
             self._old[sig] = signal.signal(sig, self._ask)
         return self

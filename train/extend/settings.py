@@ -192,7 +192,7 @@ def _passkey(config) -> Passkey:
 def _overrides(config) -> tuple[tuple[str, Any], ...]:
     over = config.get("scaling_overrides") or {}
     out = []
-    for method in over.keys():
+    for method in list(over):
         checks.one_of("config.scaling_overrides method", method, scalings.methods())
         keys = over[method]
         items = keys.to_dict() if hasattr(keys, "to_dict") else dict(keys or {})

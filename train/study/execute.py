@@ -39,8 +39,7 @@ from train.datasets import passkey
 from train.engine.store import read_json, write_json
 from train.runtime import Runtime
 from train.study import extension, files
-from train.study.jobs import (EvalJob, FinetuneJob, PasskeyJob, TrainJob, config_diff,
-                              train_identity)
+from train.study.jobs import EvalJob, FinetuneJob, PasskeyJob, TrainJob, config_diff, train_identity
 from train.study.plan import Plan, eval_attention
 
 

@@ -24,6 +24,7 @@ import json
 from typing import Any, ClassVar
 
 from train.engine.store import fingerprint
+
 # Keys of the train config that do not change the trained weights (beyond float rounding).
 _NOT_FINGERPRINTED = ("log_every_steps", "checkpoint_every_steps", "checkpoints_to_keep",
                       "async_checkpointing", "eval", "eval_every_steps", "mesh",

@@ -269,12 +269,12 @@ def make_plan(config, workdir: str) -> Plan:
                 pk_cfg = extension.passkey_config(cfg, ext, max_len=train_len)
                 models.append((_train_job(f"{models[0][0].model}.passkey", pk_cfg, mc), pk_cfg,
                                pk, ext.pk_lengths, ext.pk_ft_steps, ext.ft_len))
-            for job, base_cfg, scoring, lengths, steps, max_len in models:
-                add(job, base_cfg, scoring, lengths)
+            for job, base_cfg, scoring, lens, steps, max_len in models:
+                add(job, base_cfg, scoring, lens)
                 for name, method, ft_cfg, ft_job in extension.finetunes(
                         config, ext, model=job.model, cfg=base_cfg, mc=mc,
                         base_fp=job.fingerprint, steps=steps, max_len=max_len):
-                    add(ft_job, ft_cfg, scoring, lengths, tuned=(method, steps, ext.ft_len),
+                    add(ft_job, ft_cfg, scoring, lens, tuned=(method, steps, ext.ft_len),
                         zero_shot=())
     return Plan(workdir=os.path.abspath(workdir), config=config, encodings=encodings,
                 scalings=scaling_names, seeds=seeds, settings=ext, train_len=train_len,

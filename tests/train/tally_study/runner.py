@@ -5,11 +5,11 @@ from __future__ import annotations
 import numpy as np
 
 from posenc_jax.encodings import rope_scaling
+from tally_study import report
+from tally_study.plan import make_plan
 from train.engine import record
 from train.engine import run as engine
 from train.engine.scalings import NO_SCALING, scaling_config
-from tally_study import report
-from tally_study.plan import make_plan
 
 
 def run_wavelength(ctx, job) -> dict:
