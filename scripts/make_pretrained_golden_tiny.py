@@ -8,7 +8,12 @@ Gemma's (1 + w) norms) so that no feature is tested by a zero, then
 `token_ids` [1, L] int32 and `logits__<case>` [1, L, V] float32 for each case in cases.json
 (`{"<case>": rope_parameters or null}`; null = the checkpoint's own config; otherwise the same
 weights in a model whose config's `rope_parameters` is replaced by that dict, as
-`pretrained.load(dir, rope_scaling=...)` must do). The llama fixture also holds a 320-token
+`pretrained.load(dir, rope_scaling=...)` must do), and `logits__<case>__first<n>` [1, n, V]: the
+logits of the first n tokens alone, for the lengths in PREFIXES (phi3: 16 and 17, on both sides
+of its original_max_position_embeddings 16: transformers' LongRoPE takes the short factors when
+max(position_ids) + 1 <= 16, else the long ones; the 32-token case is on the long side).
+`write_prefixes` adds them to an existing fixture alone (reloading it, and checking it still
+gives the committed logits first, within 1e-5). The llama fixture also holds a 320-token
 byte-level BPE tokenizer.json (trained here, saved by transformers) and tokenizer_ids.json.
 
 Needs torch + transformers: run only through make_pretrained_golden.py in the throwaway venv.
@@ -71,6 +76,7 @@ FAMILIES = {
                                    "original_max_position_embeddings": 16}),
              {"default": None}),
 }
+PREFIXES = {"phi3": (16, 17)}
 TOKENIZER_TEXTS = ["Hello world!", "  two  spaces\tand a tab\n", "héllo ünïcode ☃ 日本",
                    "def f(x):\n    return x + 1\n"]
 
@@ -139,9 +145,31 @@ def write_tiny(root: pathlib.Path, corpus: str) -> None:
         # The saved directory, reloaded, must give the same logits (catches a lossy save).
         again = transformers.AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32).eval()
         np.testing.assert_array_equal(_logits(again, ids), arrays["logits__default"])
+        arrays.update(_prefix_logits(again, ids, family))
         np.savez_compressed(out / "logits.npz", **arrays)
         (out / "cases.json").write_text(json.dumps(cases, indent=1) + "\n")
         print(f"tiny/{family}: {sum(p.numel() for p in model.parameters())} parameters,"
               f" cases {list(cases)}", flush=True)
         if family == "llama":
             _tokenizer(out, corpus)
+
+
+def _prefix_logits(model, ids: torch.Tensor, family: str) -> dict[str, np.ndarray]:
+    """`logits__default__first<n>` for n in PREFIXES[family] (the checkpoint's own config)."""
+    return {f"logits__default__first{n}": _logits(model, ids[:, :n])
+            for n in PREFIXES.get(family, ())}
+
+
+def write_prefixes(root: pathlib.Path) -> None:
+    """Adds the PREFIXES logits to the committed fixtures, leaving everything else as it is."""
+    for family in PREFIXES:
+        out = root / "tiny" / family
+        arrays = dict(np.load(out / "logits.npz"))
+        model = transformers.AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32).eval()
+        ids = torch.from_numpy(arrays["token_ids"].astype(np.int64))
+        # within float32 summation order (1.7e-6 seen: another machine, thread count)
+        np.testing.assert_allclose(_logits(model, ids), arrays["logits__default"], atol=1e-5,
+                                   rtol=0)
+        arrays.update(_prefix_logits(model, ids, family))
+        np.savez_compressed(out / "logits.npz", **arrays)
+        print(f"tiny/{family}: prefixes {PREFIXES[family]}", flush=True)

@@ -202,6 +202,7 @@ def _draft(cfg: TransformerConfig, family: Family, base: Mapping[str, Any]) -> d
         if family.partial_rotary:
             rope["partial_rotary_factor"] = enc.rotary_dim / enc.head_dim
         out["rope_parameters"] = rope
+        out.update({k: rope[k] for k in family.rope_top_level if k in rope})
         out["rope_theta"] = rope["rope_theta"]
         scaling = {k: v for k, v in rope.items()
                    if k not in ("rope_theta", "partial_rotary_factor")}

@@ -39,4 +39,5 @@ FAMILY = Family(
     export_class="Phi3ForCausalLM",
     windows="all",
     partial_rotary=True,
+    rope_top_level=("original_max_position_embeddings",),
 )

@@ -78,7 +78,9 @@ class Family:
     max_window_layers when use_sliding_window) or "layer_types" (the `layer_types` list);
     partial_rotary: the class rotates the first int(D * partial_rotary_factor) features;
     hf_tensors: the Hugging Face tensor table; gguf: the GGUF side or None;
-    export_class: the transformers class written in `architectures`;
+    export_class: the transformers class written in `architectures`; rope_top_level: keys of
+    the RoPE dict an export also writes at the top of config.json, where the class reads them
+    first (Phi-3's original_max_position_embeddings);
     claims: fn(TransformerConfig) -> bool, whether an export without a named family picks this
     one (asked in the registry's order), None: only when named."""
 
@@ -96,6 +98,7 @@ class Family:
     scaled: bool = False
     windows: str = "none"
     partial_rotary: bool = False
+    rope_top_level: tuple[str, ...] = ()
     gguf: GGUF | None = None
     claims: Callable[[Any], bool] | None = None
 
