@@ -160,10 +160,14 @@ def _windows(cfg: TransformerConfig, family: Family) -> dict[str, Any]:
     kind = family.windows
     if kind == "all":
         return {"sliding_window": size}
-    if kind == "qwen":
+    if kind == "qwen":  # windows from max_window_layers on; any other pattern: layer_types
         first = next((i for i, w in enumerate(windows or ()) if w is not None), cfg.num_layers)
-        return {"use_sliding_window": size is not None, "sliding_window": size,
-                "max_window_layers": first}
+        out = {"use_sliding_window": size is not None, "sliding_window": size,
+               "max_window_layers": first}
+        if any(w is None for w in (windows or ())[first:]):
+            out["layer_types"] = ["full_attention" if w is None else "sliding_attention"
+                                  for w in windows]
+        return out
     if kind == "layer_types":
         return {"sliding_window": size}
     return {}
@@ -210,7 +214,7 @@ def _draft(cfg: TransformerConfig, family: Family, base: Mapping[str, Any]) -> d
     # max_position_embeddings: the RoPE's own (a loaded checkpoint's), else the length a
     # scaled RoPE implies, else the caller's (a training run's seq_len)
     ropes = out["rope_parameters"]
-    implied = {_implied_max(r) for r in (ropes.values() if "layer_types" in out else [ropes])}
+    implied = {_implied_max(r) for r in (ropes.values() if family.gemma else [ropes])}
     implied.discard(None)
     if len(implied) == 1:
         out["max_position_embeddings"] = implied.pop()
