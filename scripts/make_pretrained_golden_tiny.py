@@ -162,7 +162,7 @@ def _prefix_logits(model, ids: torch.Tensor, family: str) -> dict[str, np.ndarra
 
 def write_prefixes(root: pathlib.Path) -> None:
     """Adds the PREFIXES logits to the committed fixtures, leaving everything else as it is."""
-    for family in PREFIXES:
+    for family, lengths in PREFIXES.items():
         out = root / "tiny" / family
         arrays = dict(np.load(out / "logits.npz"))
         model = transformers.AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32).eval()
@@ -172,4 +172,4 @@ def write_prefixes(root: pathlib.Path) -> None:
                                    rtol=0)
         arrays.update(_prefix_logits(model, ids, family))
         np.savez_compressed(out / "logits.npz", **arrays)
-        print(f"tiny/{family}: prefixes {PREFIXES[family]}", flush=True)
+        print(f"tiny/{family}: prefixes {lengths}", flush=True)

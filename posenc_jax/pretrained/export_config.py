@@ -28,8 +28,7 @@ from posenc_jax._frozen import thaw
 from posenc_jax.encodings.rope import RoPE
 from posenc_jax.model.config import TransformerConfig
 from posenc_jax.model.features import embed_multiplier, softmax_scale
-from posenc_jax.pretrained.families import (
-    FAMILIES, Family, by_model_type, claimed, config_kwargs)
+from posenc_jax.pretrained.families import FAMILIES, Family, by_model_type, claimed, config_kwargs
 
 __all__ = ["HF_ROPE_TYPES", "check_expressible", "choose_model_type", "hf_config"]
 

@@ -32,7 +32,6 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from flax import nnx
 
 from posenc_jax.encodings.hf.read import layer_types, resolve, text_config

@@ -31,7 +31,7 @@ from posenc_jax.pretrained.safetensors_io import open_safetensors
 from posenc_jax.pretrained.save import save
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
-import pretrained_fakes  # noqa: E402
+import pretrained_fakes
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 S, F = "sliding_attention", "full_attention"
@@ -176,7 +176,7 @@ def test_phi3_fused_tensors_split_on_load_and_fuse_on_export(tmp_path, partial):
     assert sorted(back.names()) == sorted(tensors)
     for name, value in tensors.items():
         np.testing.assert_array_equal(back.tensor(name), value, err_msg=name)
-    again, cfg_again, _ = build(back, attention="dense")
+    _, cfg_again, _ = build(back, attention="dense")
     assert cfg_again == cfg
 
 

@@ -17,13 +17,13 @@ from flax import nnx
 from safetensors.numpy import save_file
 
 from posenc_jax import pretrained
-from posenc_jax.pretrained.families import FAMILIES as RECORDS
 from posenc_jax.model.kv_cache import init_cache
+from posenc_jax.pretrained.families import FAMILIES as RECORDS
 from posenc_jax.pretrained.loader import build
 from posenc_jax.pretrained.safetensors_io import open_safetensors
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
-import pretrained_fakes  # noqa: E402
+import pretrained_fakes
 
 TINY = pathlib.Path(__file__).parents[1] / "data" / "pretrained" / "tiny"
 FAMILIES = [r.model_type for r in RECORDS if (TINY / r.model_type).is_dir()]

@@ -13,7 +13,14 @@ in its own module.
 from posenc_jax.pretrained.families.mapping import config_kwargs, family_of_config
 from posenc_jax.pretrained.families.record import GGUF, Family, Row
 from posenc_jax.pretrained.families.registry import (
-    CHOICE, FAMILIES, by_model_type, claimed, for_gguf, gguf_archs, model_types)
+    CHOICE,
+    FAMILIES,
+    by_model_type,
+    claimed,
+    for_gguf,
+    gguf_archs,
+    model_types,
+)
 
 __all__ = ["CHOICE", "FAMILIES", "GGUF", "Family", "Row", "by_model_type", "claimed",
            "config_kwargs", "family_of_config", "for_gguf", "gguf_archs", "model_types"]

@@ -24,7 +24,13 @@ from __future__ import annotations
 
 from posenc_jax.pretrained.families.record import GGUF, Family, Row
 from posenc_jax.pretrained.families.transforms import (
-    HEADS_IN, HEADS_OUT, SAME, TRANSPOSE, unpermute_k, unpermute_q)
+    HEADS_IN,
+    HEADS_OUT,
+    SAME,
+    TRANSPOSE,
+    unpermute_k,
+    unpermute_q,
+)
 
 __all__ = ["ATTENTION", "EMBED_HEAD", "FAMILY", "GGUF_BASE", "GGUF_BLOCK", "GGUF_KEYS",
            "GGUF_TOP", "MLP", "NORMS"]

@@ -26,7 +26,7 @@ import numpy as np
 
 from posenc_jax.pretrained.families.transforms import Layout
 
-__all__ = ["Family", "GGUF", "Row"]
+__all__ = ["GGUF", "Family", "Row"]
 
 
 @dataclasses.dataclass(frozen=True)

@@ -24,8 +24,18 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["BIAS_HEADS", "HEADS_IN", "HEADS_OUT", "Layout", "SAME", "TRANSPOSE",
-           "minus_one", "unpermute_k", "unpermute_q", "unpermute_rows"]
+__all__ = [
+    "BIAS_HEADS",
+    "HEADS_IN",
+    "HEADS_OUT",
+    "SAME",
+    "TRANSPOSE",
+    "Layout",
+    "minus_one",
+    "unpermute_k",
+    "unpermute_q",
+    "unpermute_rows",
+]
 
 Shape = tuple[int, ...]
 
