@@ -45,8 +45,10 @@ class Part:
     layout: Layout
 
     def convert(self, w: np.ndarray) -> np.ndarray:
-        """np [the whole HF tensor] -> np [our shape]."""
-        return self.layout.to_ours(w[self.start:self.stop], self.shape)
+        """np [the whole HF tensor] -> np [our shape] (the tensor itself for an unfused one in
+        the same layout: export recognises the identity by that)."""
+        whole = self.start == 0 and self.stop == w.shape[0]
+        return self.layout.to_ours(w if whole else w[self.start:self.stop], self.shape)
 
 
 @dataclasses.dataclass(frozen=True)
