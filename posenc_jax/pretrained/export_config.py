@@ -202,8 +202,9 @@ def _draft(cfg: TransformerConfig, family: Family, base: Mapping[str, Any]) -> d
     else:
         enc = _single_rope(cfg)
         rope = _rope_dict(enc)
-        if family.partial_rotary:
-            rope["partial_rotary_factor"] = enc.rotary_dim / enc.head_dim
+        if family.partial_rotary:  # 5.x reads it in rope_parameters, 4.x at the top
+            rope["partial_rotary_factor"] = out["partial_rotary_factor"] = (
+                enc.rotary_dim / enc.head_dim)
         out["rope_parameters"] = rope
         out.update({k: rope[k] for k in family.rope_top_level if k in rope})
         out["rope_theta"] = rope["rope_theta"]
