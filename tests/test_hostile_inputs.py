@@ -393,6 +393,10 @@ LIBRARY = [
      ["dense_backend", "'flash'"]),
     ("attention-block-zero", lambda: attend(implementation="blockwise", block_q=0),
      ValueError, ["block_q"]),
+    *[(f"attention-block-{impl}-{key}", lambda i=impl, k=key, v=v: attend(
+        implementation=i, **{k: v}), ValueError, [f"{key} must be >= 1, got {key}={v}"])
+      for impl, key, v in (("dense", "block_q", 0), ("pallas", "block_q", -5),
+                           ("pallas", "block_k", 0))],  # issue 34: every backend checks
     ("attention-unknown-implementation", lambda: attend(implementation="magic"), ValueError,
      ["implementation", "'magic'"]),
     # -- issue 26: position dtypes and ranges, the cache, the HF readers, unclear errors
