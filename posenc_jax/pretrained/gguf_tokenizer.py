@@ -166,11 +166,10 @@ def build_gguf_tokenizer(field: Any, *, where: str,
     types = [int(t) for t in field("tokenizer.ggml.token_type", [])]
     specials: list[str] = []
     if kind == "gpt2":
+        merges = _merges(field, where)
         try:
-            tok = _byte_level(tokens, _merges(field, where), field("tokenizer.ggml.pre"))
-        except Exception as e:  # noqa: BLE001  (tokenizers raises a bare Exception)
-            if isinstance(e, ValueError) and str(e).startswith(where):
-                raise
+            tok = _byte_level(tokens, merges, field("tokenizer.ggml.pre"))
+        except Exception as e:  # tokenizers raises a bare Exception
             raise ValueError(f"{where}: tokenizer.ggml.merges do not fit tokenizer.ggml.tokens "
                              f"({e})") from None
         alphabet = set(byte_alphabet().values())

@@ -11,7 +11,6 @@ mode is also set from the command line, as README.md documents it.
 
 from __future__ import annotations
 
-import importlib.util
 import pathlib
 import subprocess
 import sys
@@ -21,6 +20,9 @@ import pytest
 
 from posenc_jax.model import context_parallel
 from train import checkpoint, metrics, trainer
+
+sys.path.insert(0, str(pathlib.Path(__file__).parent))
+from test_context_parallel_train import tiny_config  # noqa: E402  (the same tiny run)
 
 pytestmark = pytest.mark.filterwarnings("ignore:the load_module")
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -32,16 +34,9 @@ MESHES = {"data2-context4": ({"data": 2, "context": 4}, "ring"),
 
 
 def auto_config(data_dir, mesh, mode="ring"):
-    spec = importlib.util.spec_from_file_location("cfg_tiny", ROOT / "configs" / "tiny.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    config = module.get_config()
-    config.dataset.data_dir = str(data_dir)
-    config.dataset.packed = True
-    config.eval.lengths = ()
-    config.checkpoint_every_steps = 100
-    config.mesh.update({"data": 1, "fsdp": 1, "context": 1, "tensor": 1, **mesh})
-    config.model.update(num_layers=1, attention="auto", context_mode=mode)
+    """test_context_parallel_train's tiny packed run, with attention="auto" and `mode`."""
+    config = tiny_config(data_dir, **mesh)
+    config.model.update(attention="auto", context_mode=mode)
     return config
 
 
