@@ -6,7 +6,8 @@
 A weight is a floating-point tensor with finite values. `float_dtype` maps a format's dtype
 name (safetensors' "F32", "BF16", "F8_E4M3", ...; GGUF's "F32", "F16", "BF16", "Q4_1", ...)
 to what reads it, and refuses integer and boolean tensors by name: a checkpoint whose
-weights are ints or bools is not a model (an index table or a mask saved by mistake).
+weights are ints or bools is not a model (an index table or a mask saved by mistake). The
+packed sub-byte floats (F4, F6_*) and the scale-only F8_E8M0 are refused by name too.
 Dtypes numpy has no scalar type for (bfloat16, the float8s) are read through `ml_dtypes`,
 which jax installs. `checked_weights` turns any of them into float32 (exact: every float8,
 float16 and bfloat16 value is a float32) and refuses NaN and infinity, counting them. Every
@@ -34,8 +35,10 @@ SAFETENSORS_FLOATS = {
 #: Dtypes the safetensors package cannot hand to numpy (it asks numpy for them by name).
 NEEDS_RAW = frozenset({"F8_E4M3", "F8_E5M2"})
 _GGUF_INTEGERS = frozenset({"I8", "I16", "I32", "I64"})
-_SAFETENSORS_OTHERS = frozenset({"BOOL", "U8", "I8", "U16", "I16", "U32", "I32", "U64", "I64",
-                                 "F8_E8M0", "F4", "F6_E2M3", "F6_E3M2", "C64"})
+_SAFETENSORS_NOT_FLOAT = frozenset({"BOOL", "U8", "I8", "U16", "I16", "U32", "I32", "U64",
+                                    "I64", "C64"})
+#: Floating-point safetensors dtypes with no reader here (packed sub-byte or scale-only).
+_SAFETENSORS_UNREAD = frozenset({"F8_E8M0", "F4", "F6_E2M3", "F6_E3M2"})
 
 
 def float_dtype(path: Any, name: str, code: str, *, gguf: bool = False) -> np.dtype | None:
@@ -50,9 +53,11 @@ def float_dtype(path: Any, name: str, code: str, *, gguf: bool = False) -> np.dt
         return None
     if code in SAFETENSORS_FLOATS:
         return SAFETENSORS_FLOATS[code]
-    what = "is not a" if code in _SAFETENSORS_OTHERS else "is an unknown dtype, not a"
-    raise tensor_error(path, name, f"dtype {code} {what} floating-point type; weights must be "
-                       f"one of {', '.join(SAFETENSORS_FLOATS)}")
+    what = ("is not a floating-point type" if code in _SAFETENSORS_NOT_FLOAT else
+            "is a floating-point type this reader does not read" if code in _SAFETENSORS_UNREAD
+            else "is an unknown dtype")
+    raise tensor_error(path, name, f"dtype {code} {what}; weights must be one of "
+                       f"{', '.join(SAFETENSORS_FLOATS)}")
 
 
 def checked_weights(path: Any, name: str, value: np.ndarray, *, also: str = "") -> np.ndarray:
