@@ -43,8 +43,9 @@ LLAMA_HEAD_DIM = {"hidden_size": 48, "num_attention_heads": 4, "num_key_value_he
                   "head_dim": 20, "rope_theta": 7777.0, "rms_norm_eps": 2e-5}
 CASES = {"gemma3-270m": ("gemma3_text", GEMMA3_270M), "gemma3-distinct": ("gemma3_text",
                                                                           DISTINCT),
-         "llama-head-dim": ("llama", LLAMA_HEAD_DIM), "qwen3-head-dim": ("qwen3",
-                                                                        LLAMA_HEAD_DIM)}
+         "llama-head-dim": ("llama", LLAMA_HEAD_DIM),
+         "qwen3-head-dim": ("qwen3", LLAMA_HEAD_DIM),
+         "mistral-window": ("mistral", {**LLAMA_HEAD_DIM, "sliding_window": 7})}
 
 
 def load(directory):
@@ -66,6 +67,8 @@ def expected(family: str, values: dict) -> dict:
                        FULL: {"rope_type": "default", "rope_theta": values["rope_theta"]}})
     else:
         out.update(rope_theta=values["rope_theta"], rope_scaling=None)
+    if family == "mistral":
+        out["sliding_window"] = values["sliding_window"]
     return out
 
 
