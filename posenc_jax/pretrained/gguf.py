@@ -13,8 +13,9 @@ projection rows permuted for its interleaved RoPE, per head [d/2 pairs, 2] -> [2
 they are put back; Gemma's `*norm.weight` are stored as 1 + w and come back as w, the model
 adding the 1). The file is memory-mapped: nothing but the
 metadata is read until a tensor is asked for. A file that is not GGUF, is truncated, or holds a
-tensor that does not dequantise to finite values raises ValueError naming the file (and the
-tensor). Tensors that transformers' models have no parameter for (`rope_freqs.weight`) are left
+names a tensor twice, has a metadata value of the wrong type (`gguf_metadata`), or holds a tensor
+that is not floating point or does not dequantise to finite values (`tensor_values`) raises
+ValueError naming the file (and the key or tensor). Tensors that transformers' models have no parameter for (`rope_freqs.weight`) are left
 out of `names()`; any other unknown tensor name is an error, not a silent skip.
 """
 
@@ -27,9 +28,10 @@ from typing import Any
 import numpy as np
 from gguf import quants
 
-from posenc_jax.pretrained import gguf_config, gguf_format
+from posenc_jax.pretrained import gguf_config, gguf_format, gguf_metadata
 from posenc_jax.pretrained.families import for_gguf
 from posenc_jax.pretrained.families.transforms import unpermute_rows as _unpermute_rows  # noqa: F401 (tests)
+from posenc_jax.pretrained.tensor_values import checked_weights, float_dtype
 
 __all__ = ["GGUFCheckpoint", "open_gguf"]
 
@@ -40,7 +42,7 @@ class GGUFCheckpoint:
     def __init__(self, path: str | os.PathLike):
         self.path = pathlib.Path(path)
         parsed = gguf_format.read_gguf(self.path)
-        self._fields = parsed.fields
+        self._fields = gguf_metadata.checked_fields(parsed, where=str(self.path))
         self.arch = self._fields.get("general.architecture")
         file_names = [t.name for t in parsed.tensors]
         self.config = gguf_config.hf_config(self._fields, file_names, where=str(self.path))
@@ -77,15 +79,14 @@ class GGUFCheckpoint:
     def tensor(self, name: str) -> np.ndarray:
         """Tensor `name` (a Hugging Face name) as a new float32 array in Hugging Face layout."""
         t = self._info(name)
+        float_dtype(self.path, name, t.ggml_type.name, gguf=True)  # I8..I64: refused
         try:
-            w = np.asarray(quants.dequantize(t.data, t.ggml_type), dtype=np.float32)
+            w = np.asarray(quants.dequantize(t.data, t.ggml_type))
         except (NotImplementedError, ValueError) as e:
             raise ValueError(f"{self.path}: tensor {name!r} (GGUF {t.name!r}, "
                              f"{t.ggml_type.name}): cannot dequantise: {e}") from e
-        w = w.reshape(self.shape(name))
-        if not np.all(np.isfinite(w)):
-            raise ValueError(f"{self.path}: tensor {name!r} (GGUF {t.name!r}): holds "
-                             f"{int(np.sum(~np.isfinite(w)))} non-finite values (corrupt file?)")
+        w = checked_weights(self.path, name, w.reshape(self.shape(name)),
+                            also=f" (GGUF {t.name!r})")
         fix = self._spec.fixes.get(gguf_config.gguf_part(t.name))
         if fix is not None:
             w = fix(w, self.config)

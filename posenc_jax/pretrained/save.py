@@ -132,6 +132,20 @@ def _tokenizer_files(tokenizer, directory: pathlib.Path) -> list[str]:
                     f"{type(tokenizer).__name__}")
 
 
+def _directory(directory: Any) -> pathlib.Path:
+    """`directory` as a path; "" (which would write into the current directory) refused."""
+    if not isinstance(directory, (str, os.PathLike)):
+        raise TypeError(f"save: directory must be a str or os.PathLike, got {directory!r} "
+                        f"({type(directory).__name__})")
+    if not os.fspath(directory):
+        raise ValueError("save: directory must be a non-empty path, got directory='' (it would "
+                         "write into the current directory; pass '.' to mean that)")
+    out = pathlib.Path(directory)
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"save: directory={os.fspath(directory)!r} is a file, not a directory")
+    return out
+
+
 def save(model_or_lm, directory: str | os.PathLike, *, tokenizer=None,
          model_type: str | None = None, hf_config_base: Mapping[str, Any] | None = None,
          max_shard_bytes: int = DEFAULT_MAX_SHARD_BYTES) -> list[str]:
@@ -148,8 +162,14 @@ def save(model_or_lm, directory: str | os.PathLike, *, tokenizer=None,
         default: the loaded checkpoint's config.json.
       max_shard_bytes: past this many bytes of weights, shards plus an index.
 
-    Raises ValueError (nothing written) for a model that cannot be expressed, naming the part.
+    Raises ValueError (nothing written) for a model that cannot be expressed, naming the part,
+    an empty `directory` or one that is a file, or a `tokenizer` path that is no directory.
     """
+    out = _directory(directory)
+    if isinstance(tokenizer, (str, os.PathLike)) and not pathlib.Path(tokenizer).is_dir():
+        raise ValueError(f"save: tokenizer={os.fspath(tokenizer)!r} is not a directory (give a "
+                         "directory holding tokenizer.json / tokenizer_config.json, or a "
+                         "Tokenizer); nothing written")
     model, own_tokenizer, base = _unpack(model_or_lm)
     base = dict(hf_config_base) if hf_config_base is not None else base
     cfg = model.config
@@ -157,7 +177,6 @@ def save(model_or_lm, directory: str | os.PathLike, *, tokenizer=None,
         base.get("text_config") or {}).get("model_type"))
     config = hf_config(cfg, model_type, base=base)
     tensors = hf_tensors(model, config["model_type"])
-    out = pathlib.Path(directory)
     out.mkdir(parents=True, exist_ok=True)
     files = write_safetensors(tensors, str(out), max_shard_bytes=max_shard_bytes)
     tmp = out / "config.json.tmp"

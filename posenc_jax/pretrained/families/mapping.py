@@ -65,6 +65,14 @@ def _unsupported(where: Any, key: str, value: Any, allowed: str) -> ValueError:
     return ValueError(f"{where}: config {key}={value!r} is not supported here ({allowed})")
 
 
+def _tie(value: Any, where: Any) -> bool:
+    """tie_word_embeddings: true / false (null: false); "no" or 0 is refused, not bool()-ed."""
+    if value is not None and not isinstance(value, bool):
+        raise TypeError(f"{where}: config.json tie_word_embeddings must be true or false, got "
+                        f"{value!r} ({type(value).__name__})")
+    return bool(value)
+
+
 def config_kwargs(config: Mapping[str, Any], *, where: Any) -> dict[str, Any]:
     """Keyword arguments of `TransformerConfig` for a family's config.json dict.
 
@@ -83,7 +91,7 @@ def config_kwargs(config: Mapping[str, Any], *, where: Any) -> dict[str, Any]:
         raise _unsupported(where, "attention_bias", flat["attention_bias"], "only false")
     out.update(mlp_activation=family.activations[act], qkv_bias=family.qkv_bias,
                qk_norm=family.qk_norm,
-               tie_embeddings=bool(flat.get("tie_word_embeddings")),
+               tie_embeddings=_tie(flat.get("tie_word_embeddings"), where),
                norm_eps=finite_float("rms_norm_eps", flat["rms_norm_eps"], above=0.0),
                sliding_window=layer_windows(family, flat, model_type, out["num_layers"]))
     if family.gemma:
