@@ -54,8 +54,9 @@ def main(argv: list[str]) -> int:
                                                   os.path.join(repo, "configs", "study_tiny.py"))
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    from train import trainer
-    from train.study import runner
+    # imported from --repo (sys.path above), so by name at run time
+    trainer = importlib.import_module("train.trainer")
+    runner = importlib.import_module("train.study.runner")
 
     def first(*args, **kwargs):
         raise _First
