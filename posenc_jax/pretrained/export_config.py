@@ -46,9 +46,8 @@ def _refuse(part: str, why: str) -> ValueError:
 
 
 def _uses(enc, hook: str) -> bool:
-    """Whether `enc` uses core hook `hook` (the declared `hooks`; the older `has_*` flags)."""
-    hooks = getattr(enc, "hooks", None)
-    return hook in hooks if hooks is not None else bool(getattr(enc, f"has_{hook}", False))
+    """Whether `enc` declares core hook `hook` ("embed", "rotate", "bias") in its `hooks`."""
+    return hook in enc.hooks
 
 
 def _what(enc) -> str:
