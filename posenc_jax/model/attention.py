@@ -37,7 +37,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from posenc_jax.checks import boolean
+from posenc_jax.checks import boolean, positive_int
 from posenc_jax.encodings.base import Encoding
 from posenc_jax.encodings.capabilities import QueryBias
 from posenc_jax.model import backends, rotation
@@ -75,8 +75,9 @@ def attend(q: Array, k: Array, v: Array, *, encoding: Encoding, params: Any = No
       k_mask: bool [Lk] or [B, Lk]: which key slots hold data (e.g. a cache's filled slots).
       implementation: a registered backend (`backends.names()`: the XLA dense path, the
         blockwise loop, the Pallas kernel, cuDNN) or "auto" (`backends.choose` per platform).
-      block_q, block_k: block sizes of the blockwise implementation and of the kernel's
-        interpret mode (clipped to the lengths; lengths need not be multiples of them).
+      block_q, block_k: ints >= 1 (checked for every backend): block sizes of the blockwise
+        implementation and of the kernel's interpret mode (clipped to the lengths; lengths
+        need not be multiples of them).
       dense_backend: deprecated (None, "xla" or "cudnn"; see `backends.resolve`).
       rotated: False when q and k are raw (see `rotation.rotates_inside`): a backend that
         rotates inside then applies the rotation, any other calls the rotate hook here.
@@ -110,6 +111,8 @@ def attend(q: Array, k: Array, v: Array, *, encoding: Encoding, params: Any = No
         raise TypeError(f"q, k and v must have one dtype, got dtype q={q.dtype}, k={k.dtype}, "
                         f"v={v.dtype}")
     boolean("causal", causal)
+    positive_int("block_q", block_q)  # every backend, not only those that read them
+    positive_int("block_k", block_k)
     if (q_segment_ids is None) != (k_segment_ids is None):
         raise ValueError("give both q_segment_ids and k_segment_ids, or neither")
     shapes = backends.Shapes(batch=b, q_len=lq, k_len=lk, heads=h, kv_heads=kh, head_dim=d,

@@ -14,6 +14,7 @@ from configs import extend_smollm2
 from posenc_jax.model.config import TransformerConfig
 from posenc_jax.model.transformer import Transformer
 from train.extend import finetune, measure, readme, runner, table
+from train.extend.settings import Facts
 
 _BUILT = {}
 
@@ -32,6 +33,11 @@ def tiny_load(calls=None):
         return types.SimpleNamespace(model=nnx.merge(graphdef, _BUILT["state"]),
                                      tokenizer=finetune.SmokeTokenizer(), config=cfg, hf_config={})
     return load
+
+
+def tiny_facts(path):
+    """The stub file's header facts: C = 32, rotary dim 8 (the model `tiny_load` builds)."""
+    return Facts(context=32, rotary_dim=8)
 
 
 def tiny_config(tmp_path):
@@ -62,7 +68,8 @@ def test_chunked_loss_equals_the_logits_and_is_causal():
 def test_end_to_end_then_rerun_does_nothing(tmp_path, capsys):
     config, workdir = tiny_config(tmp_path), str(tmp_path / "ext")
     calls = []
-    rows = runner.run(config, workdir, load=tiny_load(calls), progress=False)
+    rows = runner.run(config, workdir, load=tiny_load(calls), inspect=tiny_facts,
+                      progress=False)
     out = capsys.readouterr().out
     assert "estimated" in out and "GFLOP/s" in out
     assert sorted(rows) == sorted(f"smollm2+{m}@64.{k}" for m in ("none", "linear", "dynamic")
@@ -90,7 +97,8 @@ def test_end_to_end_then_rerun_does_nothing(tmp_path, capsys):
     assert "![perplexity by position](docs/extend/ppl_by_position_smollm2.png)" in section
     assert "Not yet measured" in readme.section(str(tmp_path / "empty"))
     calls.clear()
-    again = runner.run(config, workdir, load=tiny_load(calls), progress=False)
+    again = runner.run(config, workdir, load=tiny_load(calls), inspect=tiny_facts,
+                      progress=False)
     assert again == rows and calls == []  # every result reused: nothing loaded
 
 
@@ -111,7 +119,7 @@ def test_sigterm_stops_after_the_job_and_a_rerun_continues(tmp_path, monkeypatch
 
     monkeypatch.setattr(runner, "RUNNERS", {k: first_then_term(k) for k in real})
     with pytest.raises(SystemExit) as stop:
-        runner.run(config, workdir, load=tiny_load(), progress=False)
+        runner.run(config, workdir, load=tiny_load(), inspect=tiny_facts, progress=False)
     assert stop.value.code == 0 and len(done) == 1
     assert os.listdir(os.path.join(workdir, "results")) == [f"{done[0]}.json"]
     assert signal.getsignal(signal.SIGTERM) is not None
@@ -124,5 +132,5 @@ def test_sigterm_stops_after_the_job_and_a_rerun_continues(tmp_path, monkeypatch
         return run
 
     monkeypatch.setattr(runner, "RUNNERS", {k: counted(k) for k in real})
-    rows = runner.run(config, workdir, load=tiny_load(), progress=False)
+    rows = runner.run(config, workdir, load=tiny_load(), inspect=tiny_facts, progress=False)
     assert done[0] not in seen and done[0] in rows and len(rows) == len(seen) + 1

@@ -36,8 +36,8 @@ from posenc_jax import pretrained
 from posenc_jax.model.config import TransformerConfig
 from posenc_jax.model.loss import token_nll
 from posenc_jax.model.transformer import Transformer
+from train.engine import scalings
 from train.extend import measure, plan, prompts, table, texts
-from train.study import scalings
 
 FACTOR = 4
 SMOLLM2 = ("SmolLM2-135M-Instruct.Q4_1.gguf", 8192, 64)  # file, context C, rotary dim

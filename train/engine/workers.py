@@ -1,8 +1,9 @@
-"""The study's models in worker processes: each worker trains one model, then runs its
-evaluations, then takes the next model whose base (a fine-tune's) is trained.
+"""A study's models in worker processes: each worker takes one model and runs its jobs in
+plan order, then takes the next model whose base (a job's `base`, say a fine-tune's) has
+finished its first job (its training).
 
     resolve_workers(value, backend=, cores=) -> int    config.workers as a count
-    run_models(plan, todo, workers=, on_job=, on_model=)
+    run_models(study, plan, todo, workers=, seconds=, on_job=, on_model=, stop=)
 
 Why: the study's CPU models are small (L = 64, E = 64), and XLA:CPU's thread pool does not
 keep two cores busy on them: one training uses about 1.6 of a 2-core host's cores, a quarter
@@ -12,20 +13,21 @@ is the limit, and a second process would have to share its memory: one worker th
 
 Each worker is a fresh interpreter (multiprocessing's "spawn": a process that has started JAX
 cannot fork) pinned to its share of the cores before JAX starts. It rebuilds the plan from the
-same config (`make_plan` is pure) and runs `execute.RUNNERS` on the jobs of the model it is
-sent. Results go to the workdir as in one process (each model owns its directory and its eval
-files), so the parent only schedules and counts; `runner` reads the rows back at the end.
+same config (`study.plan` is pure; the study record is pickled, so its parts are module-level
+functions) and runs the study's runners on the jobs of the model it is sent, storing each
+result as in one process (`resume.execute`). Each model owns its directory and its result
+files, so the parent only schedules and counts; it reads the results back at the end.
 
-Faults: SIGTERM to the parent is passed to every worker, whose training saves a checkpoint
-(as in one process); the parent then exits 0 and a rerun resumes. Ctrl-C does the same, then
-raises KeyboardInterrupt. A worker ended by SIGTERM outside a training (SIGTERM to the whole
-process group while it evaluates) is a stop too, not a fault. A parent killed outright
-(SIGKILL) leaves no orphan: each worker sends itself SIGTERM when its parent dies (a training
-saves its checkpoint), takes no further job or model, and ends itself `ORPHAN_GRACE_S` later
-whatever it is doing (a SIGTERM that a training's handler absorbed after its last step check
-once left a worker waiting on its own inbox for good). A worker's
-exception, or a worker that dies (out of memory), stops the others the same way and is raised
-here as RuntimeError naming the model, with the worker's traceback.
+Faults: SIGTERM or Ctrl-C to the parent (`signals.Stop`) is passed to every busy worker as
+SIGTERM, whose training saves a checkpoint (as in one process); the parent then exits 0 and a
+rerun resumes. A worker ended by SIGTERM outside a training (SIGTERM to the whole process group
+while it evaluates) is a stop too, not a fault. A parent killed outright (SIGKILL) leaves no
+orphan: each worker sends itself SIGTERM when its parent dies (a training saves its
+checkpoint), takes no further job or model, and ends itself `ORPHAN_GRACE_S` later whatever it
+is doing (a SIGTERM that a training's handler absorbed after its last step check once left a
+worker waiting on its own inbox for good). A worker's exception, or a worker that dies (out of
+memory), stops the others the same way and is raised here as RuntimeError naming the model,
+with the worker's traceback.
 """
 
 from __future__ import annotations
@@ -38,13 +40,11 @@ import signal
 import threading
 import time
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from posenc_jax import checks
-from train.runtime import Runtime
-from train.study import execute, report
-from train.study.jobs import FinetuneJob, Job, TrainJob
-from train.study.plan import Plan, make_plan
+from train.engine import resume
+from train.engine.store import Store
 
 POLL_S = 0.5       # how often the parent checks that its busy workers are alive
 JOIN_S = 120.0     # how long a stopping worker may take to save its checkpoint
@@ -83,18 +83,20 @@ def core_shares(cores: Sequence[int], workers: int) -> list[list[int]]:
     return [list(cores[i::workers]) for i in range(workers)]
 
 
-def models_to_do(plan: Plan, todo: Sequence[Job]) -> list[str]:
+def models_to_do(plan, todo: Sequence) -> list[str]:
     """The models with work left, in plan order."""
     left = {job.model for job in todo}
-    return [m for m in plan.models if m in left]
+    return list(dict.fromkeys(j.model for j in plan.jobs if j.model in left))
 
 
-def schedule(plan: Plan, todo: Sequence[Job]) -> tuple[dict[str, str], dict[str, float]]:
-    """(base of each fine-tuned model, estimated seconds of each model and its dependents)."""
-    bases = {j.model: j.base for j in plan.jobs if isinstance(j, FinetuneJob)}
-    cost = {m: 0.0 for m in plan.models}
+def schedule(plan, todo: Sequence, *, seconds: Mapping
+             ) -> tuple[dict[str, str], dict[str, float]]:
+    """(base of each model that has one, estimated `seconds` of each model's `todo` jobs and
+    its dependents')."""
+    bases = {j.model: j.base for j in plan.jobs if getattr(j, "base", None)}
+    cost = {m: 0.0 for m in dict.fromkeys(j.model for j in plan.jobs)}
     for job in todo:
-        cost[job.model] += plan.estimate(job)
+        cost[job.model] += float(seconds.get(job, 0.0))
     total = dict(cost)
     for model, base in bases.items():
         total[base] += cost[model]
@@ -124,7 +126,7 @@ def _exit_with_parent(gone: threading.Event, *, grace_s: float = ORPHAN_GRACE_S)
         time.sleep(grace_s)
         os._exit(EXIT_ORPHANED)  # a handler absorbed the SIGTERM: nobody is left to serve
 
-    threading.Thread(target=watch, name="study-parent-watch", daemon=True).start()
+    threading.Thread(target=watch, name="engine-parent-watch", daemon=True).start()
 
 
 def _next_model(inbox, gone: threading.Event) -> str | None:
@@ -150,7 +152,7 @@ def serve(inbox, outbox, run_job: Callable, jobs_for: Callable, gone: threading.
         outbox.put(("model", model, ""))
 
 
-def _worker(config, workdir: str, cores: list[int], inbox, outbox) -> None:
+def _worker(study, config, workdir: str, cores: list[int], inbox, outbox) -> None:
     """A worker's life: pin, rebuild the plan, run the models it is sent until None."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)   # Ctrl-C is the parent's to handle
     gone = threading.Event()
@@ -159,19 +161,23 @@ def _worker(config, workdir: str, cores: list[int], inbox, outbox) -> None:
         os.sched_setaffinity(0, cores)
     model = None
     try:
-        plan = make_plan(config, workdir)
-        ctx = execute.prepare(plan, Runtime())
+        plan = study.plan(config, workdir)
+        ctx = study.prepare(plan) if study.prepare else plan
+        store = Store(plan.workdir, study.results_dir)
         index = {job: i for i, job in enumerate(plan.jobs)}
 
         def run_job(job):
             nonlocal model
             model = job.model
-            result = execute.DONE[job.kind](ctx, job)
+            result = resume.found(study, ctx, store, [job]).get(job)
             if result is None:
-                result = execute.RUNNERS[job.kind](ctx, job)
-            return index[job], report.describe(job, result)
+                result = resume.execute(study, ctx, store, job)
+            return index[job], resume.describe(study, job, result)
 
-        serve(inbox, outbox, run_job, plan.jobs_for, gone)
+        def jobs_for(name: str) -> list:
+            return [job for job in plan.jobs if job.model == name]
+
+        serve(inbox, outbox, run_job, jobs_for, gone)
     except SystemExit:   # a training saved its checkpoint on SIGTERM
         outbox.put(("stopped", model, ""))
     except BaseException:  # noqa: BLE001 -- reported to the parent, which raises it
@@ -181,14 +187,15 @@ def _worker(config, workdir: str, cores: list[int], inbox, outbox) -> None:
 class _Workers:
     """The spawned worker processes, their inboxes and what each is busy with."""
 
-    def __init__(self, plan: Plan, workers: int):
+    def __init__(self, study, plan, workers: int):
         spawn = multiprocessing.get_context("spawn")
         self.outbox = spawn.Queue()
         self.inboxes, self.procs, self.busy = [], [], {}
         for i, cores in enumerate(core_shares(cpu_cores(), workers)):
             inbox = spawn.Queue()
-            proc = spawn.Process(target=_worker, name=f"study-worker-{i}", daemon=True,
-                                 args=(plan.config, plan.workdir, cores, inbox, self.outbox))
+            proc = spawn.Process(target=_worker, name=f"{study.name}-worker-{i}", daemon=True,
+                                 args=(study, plan.config, plan.workdir, cores, inbox,
+                                       self.outbox))
             proc.start()
             self.inboxes.append(inbox)
             self.procs.append(proc)
@@ -224,24 +231,25 @@ class _Workers:
                 proc.join()
 
 
-def run_models(plan: Plan, todo: Sequence[Job], *, workers: int,
-               on_job: Callable[[Job, str], None], on_model: Callable[[str], None]) -> None:
+def run_models(study, plan, todo: Sequence, *, workers: int, seconds: Mapping,
+               on_job: Callable, on_model: Callable[[str], None], stop) -> None:
     """Runs the `todo` jobs of `plan` in `workers` processes (see the module docstring).
     `on_job(job, text)` is called as each job finishes, `on_model(model)` as each model's
-    last one does. Raises SystemExit(0) if stopped by SIGTERM."""
+    last one does. Raises SystemExit(0) once `stop.asked` (a `signals.Stop`)."""
     pending = models_to_do(plan, todo)
-    bases, cost = schedule(plan, todo)
-    left = {j.model for j in todo if isinstance(j, TrainJob)}   # trainings not finished
+    bases, cost = schedule(plan, todo, seconds=seconds)
+    firsts, todo_set = {}, set(todo)
+    for job in plan.jobs:
+        firsts.setdefault(job.model, job)
+    left = {m for m, job in firsts.items() if job in todo_set}  # first jobs not finished
 
     def ready(model: str) -> bool:
         return bases.get(model) not in left
 
-    pool = _Workers(plan, workers)
-    stopped = []
-    previous = signal.signal(signal.SIGTERM, lambda *_: stopped.append(True))
+    pool = _Workers(study, plan, workers)
     try:
         while pending or pool.busy:
-            if stopped:
+            if stop.asked:
                 raise SystemExit(0)
             for i in pool.idle():
                 model = next_model(pending, ready=ready, cost=cost)
@@ -250,23 +258,22 @@ def run_models(plan: Plan, todo: Sequence[Job], *, workers: int,
                 pending.remove(model)
                 pool.send(i, model)
             if not pool.busy:
-                raise RuntimeError(f"study: models {pending} wait for bases that never "
-                                   "finished training")
-            _receive(plan, pool, left, on_job, on_model)
+                raise RuntimeError(f"{study.name}: models {pending} wait for bases that "
+                                   "never finished training")
+            _receive(study.name, plan, pool, (left, firsts), on_job, on_model)
     except BaseException as error:
         pool.stop()
-        if stopped or isinstance(error, SystemExit):
-            print("study: stopped by SIGTERM (each training saved a checkpoint); rerun the "
-                  "same command to resume", flush=True)
+        if stop.asked or isinstance(error, SystemExit):
+            print(f"{study.name}: stopped by SIGTERM or Ctrl-C (each training saved a "
+                  "checkpoint); rerun the same command to resume", flush=True)
         raise
     else:
         pool.stop()
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
-def _receive(plan: Plan, pool: _Workers, left: set, on_job, on_model) -> None:
+def _receive(name: str, plan, pool: _Workers, firsts, on_job, on_model) -> None:
     """Handles one message from the workers (or checks that the busy ones are alive)."""
+    left, first = firsts
     try:
         kind, key, text = pool.outbox.get(timeout=POLL_S)
     except queue.Empty:
@@ -274,12 +281,12 @@ def _receive(plan: Plan, pool: _Workers, left: set, on_job, on_model) -> None:
         if dead and dead[1] == -signal.SIGTERM:  # outside a training: a stop, not a fault
             raise SystemExit(0) from None        # (SIGTERM to the process group, say)
         if dead:
-            raise RuntimeError(f"study: the worker {dead[0]} died (exit code {dead[1]}; out "
+            raise RuntimeError(f"{name}: the worker {dead[0]} died (exit code {dead[1]}; out "
                                "of memory?); rerun to resume") from None
         return
     if kind == "job":
         job = plan.jobs[key]
-        if isinstance(job, TrainJob):
+        if first[job.model] == job:
             left.discard(job.model)
         on_job(job, text)
     elif kind == "model":
@@ -288,4 +295,4 @@ def _receive(plan: Plan, pool: _Workers, left: set, on_job, on_model) -> None:
     elif kind == "stopped":
         raise SystemExit(0)
     else:
-        raise RuntimeError(f"study: a worker failed on model {key!r}:\n{text}")
+        raise RuntimeError(f"{name}: a worker failed on model {key!r}:\n{text}")

@@ -1,9 +1,9 @@
-"""RoPE scaling in the study: which methods it evaluates, which encodings take one, the dicts.
+"""RoPE scaling in the studies: "no scaling", the methods, which encodings take one, the dicts.
 
 Everything comes from posenc_jax's registry of methods (`posenc_jax.encodings.rope_scaling`):
 the method list (every method with a `stretch` rule, i.e. all but "default") and each
-method's rule for stretching a model trained at L to factor * L. The study adds only the
-`config.scaling_overrides` a user gives.
+method's rule for stretching a model made for L tokens to factor * L. A study adds only the
+`config.scaling_overrides` a user gives. `NO_SCALING` ("none") is the encoding as it is.
 """
 
 from __future__ import annotations
@@ -15,10 +15,17 @@ from typing import Any
 from posenc_jax.encodings import rope_scaling
 from train import state
 
+NO_SCALING = "none"  # the `scaling` of a model evaluated as trained (or as loaded)
+
 
 def methods() -> tuple[str, ...]:
     """The scaling methods a study can evaluate, in the registry's order."""
     return rope_scaling.methods(stretchable=True)
+
+
+def all_methods() -> tuple[str, ...]:
+    """`NO_SCALING` and every method, in the registry's order."""
+    return (NO_SCALING, *methods())
 
 
 def takes_scaling(encoding) -> bool:
