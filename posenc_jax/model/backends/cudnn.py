@@ -4,7 +4,7 @@ the scheme has one. Never chosen by "auto".
 
 Formerly `attention="dense", dense_backend="cudnn"`, which still selects it (with a
 DeprecationWarning; see `registry.resolve`). Whole rows of logits (CoPE), value terms (Shaw's
-a^V) and block transforms (xPos) are refused: use "dense".
+a^V), block transforms (xPos), windows, chunks and sinks are refused: use "dense".
 """
 
 from __future__ import annotations
@@ -18,6 +18,5 @@ NAME = "cudnn"
 
 BACKEND = register(Backend(
     name=NAME, call=lambda x: attend_dense(x, fused="cudnn"),
-    summary="cuDNN's fused attention (NVIDIA GPUs); index-causal self-attention",
     bias=frozenset({"elementwise", "positions", "query"}), platforms=frozenset({"cuda"}),
     materialises_scores=True))
