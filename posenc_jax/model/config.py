@@ -24,7 +24,6 @@ import dataclasses
 import warnings
 from typing import Any
 
-import jax
 import jax.numpy as jnp
 
 from posenc_jax._frozen import _FrozenDict, freeze, thaw
@@ -33,7 +32,6 @@ from posenc_jax.encodings import capabilities
 from posenc_jax.encodings.base import Encoding, for_model
 from posenc_jax.model import backends
 from posenc_jax.model.context_parallel import check_mode as check_context_mode
-from posenc_jax.model.kernels import unsupported_reason
 from posenc_jax.model.kernels.blocks import kernel_blocks
 from posenc_jax.model.features import check_features
 from posenc_jax.model.mlp import MLP_ACTIVATIONS
@@ -197,17 +195,15 @@ class TransformerConfig:
                     f"encodings act only at the input: set encoding={entry[0]!r} instead")
 
     def _check_kernel_lowers(self, enc: Encoding) -> None:
-        """ValueError naming the shape when the kernel cannot lower for this host's GPU/TPU
-        (`kernels.unsupported_reason`; CPU interpret mode takes every shape)."""
-        platform = {"gpu": "cuda", "tpu": "tpu"}.get(jax.default_backend())
+        """ValueError naming the shape when the backend cannot run `enc` on this host's GPU /
+        TPU: the registry's `check` with the host platform (CPU hosts: nothing to trial)."""
+        platform = backends.host_platform()
         if platform is None:
             return
-        reason = unsupported_reason(enc, platform=platform, head_dim=self.head_dim,
-                                    num_heads=self.num_heads, num_kv_heads=self.num_kv_heads,
-                                    causal=self.causal, dtype=self.dtype)
-        if reason is not None:
-            raise ValueError(f"attention='pallas': {reason}; use attention='auto', "
-                             "'blockwise' or 'dense'")
+        shapes = backends.Shapes(batch=1, q_len=1, k_len=1, heads=self.num_heads,
+                                 kv_heads=self.num_kv_heads, head_dim=self.head_dim)
+        backends.check(self.attention, enc, causal=self.causal, shapes=shapes,
+                       platform=platform)
 
     def _freeze_layers(self, layers: Any) -> tuple | None:
         if layers is None:

@@ -38,7 +38,8 @@ def test_every_name_comes_from_the_registry():
 
 @pytest.mark.parametrize("name,backend,want", [
     ("alibi", "pallas", None), ("rope", "pallas", None), ("t5", "cudnn", None),
-    ("shaw", "pallas", "'shaw' has a score bias that is not an elementwise function"),
+    ("shaw", "pallas", ("'shaw' has a score bias that reads the query (a QueryBias), which "
+                        "attention='pallas' does not compute")),
     ("cope", "blockwise", ("'cope' reads whole rows of attention logits (a RowBias), which "
                            "attention='blockwise' does not compute; use attention='dense'")),
     ("cope", "pallas", "reads whole rows"), ("cope", "cudnn", "use attention='dense'"),
@@ -90,7 +91,7 @@ def test_a_new_backend_is_one_record():
         return backends.get("dense").call(x)
 
     rec = backends.register(backends.Backend(
-        name="test_mine", call=call, summary="dense, counted", bias=frozenset({"elementwise"}),
+        name="test_mine", call=call, bias=frozenset({"elementwise"}),
         platforms=frozenset(backends.PLATFORMS)))
     try:
         assert "test_mine" in backends.names()
@@ -156,8 +157,7 @@ def test_the_rotation_rule():
 def test_auto_on_a_gpu_host_asks_the_kernel_whether_it_lowers(monkeypatch):
     """FIRE's MLP does not lower under Triton (issues 23, 26): on a GPU host "auto" must not
     pick the kernel for it, and says why when asked; ALiBi still gets the kernel."""
-    from posenc_jax.model.backends import pallas as pallas_record
-    monkeypatch.setattr(pallas_record, "host_platform", lambda: "cuda")
+    monkeypatch.setattr(backends.registry, "host_platform", lambda: "cuda")
     shapes = backends.Shapes(batch=1, q_len=256, k_len=256, heads=4, kv_heads=4, head_dim=64)
     fire = posenc_jax.get("fire", num_heads=4)
     assert backends.choose(fire, causal=True, shapes=shapes, platform="cuda").name != "pallas"

@@ -35,7 +35,8 @@ def _lowers(encoding: Encoding, shapes: Shapes, platform: str) -> str | None:
         encoding, platform=platform, head_dim=shapes.head_dim, num_heads=shapes.heads,
         num_kv_heads=shapes.kv_heads, window=shapes.window, chunk_size=shapes.chunk_size,
         sinks=shapes.sinks, sink_tokens=shapes.sink_tokens)
-    return None if reason is None else f"attention={NAME!r}: {reason}"
+    return (None if reason is None else
+            f"attention={NAME!r}: {reason}; use attention='auto', 'blockwise' or 'dense'")
 
 
 def _kwargs(x: Inputs) -> dict:
