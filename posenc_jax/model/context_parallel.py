@@ -221,7 +221,7 @@ def _add_sinks(out, lse, sinks):
     out e^(lse - logaddexp(lse, sink)) (a row that saw no key stays 0). float32."""
     if sinks is None:
         return out
-    total = jnp.logaddexp(lse, jnp.asarray(sinks, jnp.float32))               # [B, Lq, H]
+    total = jnp.logaddexp(lse, jnp.asarray(sinks, jnp.float32)[None, None, :])  # [B, Lq, H]
     return out * jnp.exp(lse - total)[..., None]
 
 
