@@ -39,7 +39,8 @@ from posenc_jax.model.kernels.static import Static
 from posenc_jax.model.kernels.vjp import core, padded_length
 from posenc_jax.model.scores import check_local, check_sinks, encoding_bias
 
-__all__ = ["check_heads", "check_supported", "flash_attention", "int32_positions"]
+__all__ = ["check_heads", "check_supported", "chunk_ids", "flash_attention", "int32_positions",
+           "mask_rows"]
 
 
 def check_supported(encoding: Encoding) -> None:
@@ -126,6 +127,31 @@ def _feature_order(d: int, r: int, layout: str) -> np.ndarray | None:
                            np.arange(2 * r, d)])
 
 
+def mask_rows(q_positions, k_positions, q_segment_ids, k_segment_ids, k_mask, chunks, *,
+              batch: int, q_len: int, k_len: int) -> dict:
+    """The kernel's mask inputs, padded to the padded lengths: query rows int32 [B, Lq', 1]
+    (qpos, qseg, qchunk: padded with the last row's values, so a padded row widens no block's
+    range) and key rows int32 [B, 1, Lk'] (kpos, kvalid, kseg, kchunk: padded keys invalid).
+    `chunks`: (q ids, k ids) of `chunk_ids` or None. What `vjp.visibility` reads too."""
+
+    def rows(x, n, pad):                                                   # -> [B, n, 1]
+        return _pad(jnp.broadcast_to(jnp.asarray(x, jnp.int32), (batch, x.shape[1])), 1, n,
+                    pad)[:, :, None]
+
+    def cols(x, n):                                                        # -> [B, 1, n]
+        return jnp.swapaxes(rows(x, n, 0), 1, 2)
+
+    lk = k_positions.shape[1]
+    valid = jnp.ones((1, lk), bool) if k_mask is None else k_mask.astype(bool)
+    aux = {"qpos": rows(q_positions, q_len, None), "kpos": cols(k_positions, k_len),
+           "kvalid": cols(valid.astype(jnp.int32), k_len)}
+    if q_segment_ids is not None:
+        aux["qseg"], aux["kseg"] = rows(q_segment_ids, q_len, None), cols(k_segment_ids, k_len)
+    if chunks is not None:
+        aux["qchunk"], aux["kchunk"] = rows(chunks[0], q_len, None), cols(chunks[1], k_len)
+    return aux
+
+
 def flash_attention(q, k, v, *, encoding: Encoding, params: Any, q_positions, k_positions,
                     causal: bool, q_segment_ids=None, k_segment_ids=None, k_mask=None,
                     rotation: KernelRotation | None = None, block_q: int = 32,
@@ -192,21 +218,9 @@ def flash_attention(q, k, v, *, encoding: Encoding, params: Any, q_positions, k_
     kt = _pad(jnp.transpose(k, (0, 2, 1, 3)), 2, lkp)
     vt = _pad(jnp.transpose(v, (0, 2, 1, 3)), 2, lkp)
 
-    def rows(x, n, pad):                                                   # -> [B, n, 1]
-        return _pad(jnp.broadcast_to(jnp.asarray(x, jnp.int32), (b, x.shape[1])), 1, n,
-                    pad)[:, :, None]
-
-    valid = jnp.ones((1, lk), bool) if k_mask is None else k_mask.astype(bool)
-    aux = {"qpos": rows(q_positions, lqp, None),   # padded query rows: the last row's own
-           "kpos": jnp.swapaxes(rows(k_positions, lkp, 0), 1, 2),
-           "kvalid": jnp.swapaxes(rows(valid.astype(jnp.int32), lkp, 0), 1, 2)}
+    aux = mask_rows(q_positions, k_positions, q_segment_ids, k_segment_ids, k_mask, chunks,
+                    batch=b, q_len=lqp, k_len=lkp)
     segments = q_segment_ids is not None
-    if segments:
-        aux["qseg"] = rows(q_segment_ids, lqp, None)
-        aux["kseg"] = jnp.swapaxes(rows(k_segment_ids, lkp, 0), 1, 2)
-    if chunks is not None:
-        aux["qchunk"] = rows(chunks[0], lqp, None)
-        aux["kchunk"] = jnp.swapaxes(rows(chunks[1], lkp, 0), 1, 2)
     if sinks is not None:
         aux["sink"] = jnp.broadcast_to(sinks.astype(jnp.float32)[None, :, None, None],
                                        (b, h, lqp, 1))
@@ -222,7 +236,7 @@ def flash_attention(q, k, v, *, encoding: Encoding, params: Any, q_positions, k_
                 block_k=min(block_k, padded_length(lk)[1]), cpu_kernel=cpu_kernel,
                 blocks=kernel_blocks(blocks), interpret=interpret,
                 window=window, chunks=chunks is not None, sink_tokens=sink_tokens,
-                sinks=sinks is not None)
+                sinks=sinks is not None, q_len=lq)
     if return_lse:
         o, lse = core_lse(st, qt, kt, vt, aux, [jnp.asarray(x) for x in leaves])
         return (jnp.transpose(o[:, :, :lq], (0, 2, 1, 3)).astype(jnp.float32),

@@ -59,6 +59,8 @@ class Static:
     chunks: bool = False           # chunk ids qchunk / kchunk given: visible iff equal
     sink_tokens: int = 0           # keys with k_pos < sink_tokens escape window and chunk
     sinks: bool = False            # a learned sink logit per row (aux "sink") starts m, l
+    q_len: int = 0                 # the real query length (0: unknown): query blocks wholly
+                                   # past it (padding) read no key block
     chunked: bool = False          # power-of-two feature chunks (the GPU structure)
 
     def _split(self, width: int) -> tuple[int, ...]:

@@ -90,6 +90,8 @@ def visibility(st: Static, aux: dict, bq: int, bk: int):
     if local is not None:
         vis = vis & local
     b, nq, nk = valid.shape[0], aux["qpos"].shape[1] // bq, valid.shape[1] // bk
+    if st.q_len:  # a query block of padding rows only: nothing to compute (its rows dropped)
+        vis = vis & (jnp.arange(nq) * bq < st.q_len)[None, :, None]
     return jnp.broadcast_to(vis, (b, nq, nk)).astype(jnp.int32)   # every (i, j) is read
 
 
