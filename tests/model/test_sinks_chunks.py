@@ -229,3 +229,34 @@ def test_records_say_what_they_support_and_auto_never_picks_one_that_cannot():
             step = backends.choose(enc, causal=True, shapes=asked, platform=platform, lse=True)
             assert step.call_lse is not None and getattr(step, field)
     assert not backends.get("cudnn").sinks and backends.get("pallas").sinks
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_cache_decoding_masks_reset_at_a_chunk_edge_and_keep_sink_tokens_visible(impl):
+    """The KV cache's mask path: one query at a time against S slots (filled in a shuffled
+    order, the rest empty: k_mask) equals that row of the full sequence's attention, with a
+    chunk (a query at a chunk's first position sees only itself) and with a window plus sink
+    tokens (positions 0 and 1 stay visible as the window slides past them)."""
+    length, slots = 24, 32
+    q, k, v, _, sinks = _inputs(length, seed=5)
+    pos = jnp.arange(length)
+    order = np.random.default_rng(0).permutation(slots)[:length]   # slot of each token
+    enc = posenc_jax.get("alibi", num_heads=H)
+    for kw in ({"chunk_size": 8}, {"window": 4, "sink_tokens": 2}):
+        full = attend(q, k, v, encoding=enc, params={}, q_positions=pos, k_positions=pos,
+                      sinks=sinks, **kw)
+        for t in (7, 8, 9, 17, 23):
+            filled = order[:t + 1]                                   # tokens 0..t are cached
+            ck = jnp.zeros((B, slots, K, D)).at[:, filled].set(k[:, :t + 1])
+            cv = jnp.zeros((B, slots, K, D)).at[:, filled].set(v[:, :t + 1])
+            cpos = jnp.zeros((slots,), jnp.int32).at[filled].set(pos[:t + 1])
+            valid = jnp.zeros((slots,), bool).at[filled].set(True)
+            got = attend(q[:, t:t + 1], ck, cv, encoding=enc, params={},
+                         q_positions=pos[t:t + 1], k_positions=cpos, k_mask=valid,
+                         implementation=impl, block_q=16, block_k=16, sinks=sinks, **kw)
+            np.testing.assert_allclose(got[:, 0], full[:, t], atol=2e-5, err_msg=f"{kw} {t}")
+    only_self = reference(q[:, 8:9], k[:, 8:9], v[:, 8:9], np.ones((B, 1, 1), bool),
+                          sinks=sinks)[0]
+    np.testing.assert_allclose(attend(q, k, v, encoding=posenc_jax.get("nope"),
+                                      q_positions=pos, k_positions=pos, sinks=sinks,
+                                      chunk_size=8)[:, 8:9], only_self, atol=2e-5)
