@@ -52,13 +52,11 @@ from posenc_jax.model import backends, rotation
 from posenc_jax.model.rotation import rotates_inside
 from posenc_jax.model.scores import as_2d, build_mask, check_local, check_sinks, encoding_bias
 
-__all__ = ["DENSE_BACKENDS", "IMPLEMENTATIONS", "as_2d", "attend", "build_mask", "encoding_bias",
+__all__ = ["IMPLEMENTATIONS", "as_2d", "attend", "build_mask", "encoding_bias",
            "rotates_inside"]
 
 #: Every valid `implementation=`: the registered backends and "auto".
 IMPLEMENTATIONS = (*backends.names(), backends.AUTO)
-#: The deprecated `dense_backend=` values (see `backends.resolve`).
-DENSE_BACKENDS = tuple(backends.registry.LEGACY_DENSE)
 Array = jax.Array
 
 
@@ -67,7 +65,7 @@ def attend(q: Array, k: Array, v: Array, *, encoding: Encoding, params: Any = No
            q_segment_ids: Array | None = None, k_segment_ids: Array | None = None,
            k_mask: Array | None = None, implementation: str = backends.DENSE,
            block_q: int = 256, block_k: int = 256,
-           dense_backend: str | None = None, rotated: bool = True,
+           rotated: bool = True,
            kernel_blocks: Any = None, window: int | None = None,
            chunk_size: int | None = None, sinks: Array | None = None,
            sink_tokens: int = 0) -> Array:
@@ -87,7 +85,6 @@ def attend(q: Array, k: Array, v: Array, *, encoding: Encoding, params: Any = No
         blockwise loop, the Pallas kernel, cuDNN) or "auto" (`backends.choose` per platform).
       block_q, block_k: block sizes of the blockwise implementation and of the kernel's
         interpret mode (clipped to the lengths; lengths need not be multiples of them).
-      dense_backend: deprecated (None, "xla" or "cudnn"; see `backends.resolve`).
       rotated: False when q and k are raw (see `rotation.rotates_inside`): a backend that
         rotates inside then applies the rotation, any other calls the rotate hook here.
       kernel_blocks: the kernel's GPU / TPU block sizes (`kernels.blocks.kernel_blocks`).
@@ -110,7 +107,7 @@ def attend(q: Array, k: Array, v: Array, *, encoding: Encoding, params: Any = No
         chunk_size < 1, sink_tokens < 0, sinks not of shape [H].
       TypeError: a non-int window / chunk_size / sink_tokens, integer sinks.
     """
-    name = backends.resolve(implementation, dense_backend)
+    name = backends.resolve(implementation)
     same_positions = q_positions is k_positions
     q, k, v = jnp.asarray(q), jnp.asarray(k), jnp.asarray(v)
     if q.ndim != 4 or k.ndim != 4 or v.ndim != 4:

@@ -21,7 +21,6 @@ cannot be per-layer: they act only at the input (set them as `encoding`).
 from __future__ import annotations
 
 import dataclasses
-import warnings
 from typing import Any
 
 import jax.numpy as jnp
@@ -87,8 +86,7 @@ class TransformerConfig:
       causal: decoder (True) or bidirectional attention.
       tie_embeddings: the output projection is the token embedding's transpose.
       dtype: activation/compute dtype; param_dtype: parameter storage dtype.
-      norm_eps: RMSNorm epsilon. dense_backend: deprecated (a DeprecationWarning; "cudnn"
-        becomes attention="cudnn", "xla" plain dense; then stored as None).
+      norm_eps: RMSNorm epsilon.
       scan_layers: run the blocks as one `jax.lax.scan` (compile time independent of depth;
         same params and checkpoints as the loop); needs one encoding for every layer. See
         `posenc_jax.model.scan`.
@@ -120,7 +118,6 @@ class TransformerConfig:
     dtype: Any = "float32"
     param_dtype: Any = "float32"
     norm_eps: float = 1e-6
-    dense_backend: str | None = None
     scan_layers: bool = False
     context_mode: str = "ring"
     embed_scale: Any = "sqrt"
@@ -153,12 +150,7 @@ class TransformerConfig:
         if self.mlp_activation not in MLP_ACTIVATIONS:
             raise ValueError(f"unknown mlp_activation {self.mlp_activation!r}; valid: "
                              f"{', '.join(map(repr, MLP_ACTIVATIONS))}")
-        set_("attention", backends.resolve(self.attention, self.dense_backend, warn=False))
-        if self.dense_backend is not None:  # deprecated: now the attention names the backend
-            warnings.warn(f"TransformerConfig(dense_backend={self.dense_backend!r}) is "
-                          f"deprecated; use attention={self.attention!r}", DeprecationWarning,
-                          stacklevel=3)
-            set_("dense_backend", None)
+        set_("attention", backends.resolve(self.attention))
         positive_int("block_size", self.block_size)
         set_("kernel_blocks", kernel_blocks(thaw(self.kernel_blocks)))
         set_("dtype", _float_dtype("dtype", self.dtype))

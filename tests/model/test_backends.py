@@ -4,7 +4,7 @@ the config and the study ask the records; a new backend is one record."""
 
 from __future__ import annotations
 
-import warnings
+import dataclasses
 
 import chex
 import jax
@@ -113,20 +113,20 @@ def test_a_new_backend_is_one_record():
         registry._REGISTRY.pop("test_mine")
 
 
-def test_dense_backend_cudnn_is_deprecated_for_attention_cudnn():
+def test_the_legacy_dense_backend_is_gone():
+    """Issue 29's leftover: `dense_backend=` selected cuDNN before the records did; the
+    backend is named by `attention=` alone now."""
     kw = {"vocab_size": 8, "num_layers": 1, "embed_dim": H * D, "num_heads": H, "mlp_dim": 8}
-    with pytest.warns(DeprecationWarning, match=r"dense_backend='cudnn'\) is deprecated; use "
-                                                r"attention='cudnn'"):
-        cfg = TransformerConfig(**kw, dense_backend="cudnn")
-    assert (cfg.attention, cfg.dense_backend) == ("cudnn", None)
-    with pytest.warns(DeprecationWarning):
-        assert TransformerConfig(**kw, dense_backend="xla").attention == "dense"
-    with pytest.raises(ValueError, match=r"dense_backend='cudnn' applies to attention='dense' "
-                                         r"only, got attention='blockwise'; use attention='cudnn'"):
-        TransformerConfig(**kw, attention="blockwise", dense_backend="cudnn")
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        TransformerConfig(**kw, attention="cudnn")  # the new spelling warns nothing
+    assert TransformerConfig(**kw, attention="cudnn").attention == "cudnn"
+    with pytest.raises(TypeError, match="dense_backend"):
+        TransformerConfig(**kw, dense_backend="cudnn")
+    x = jnp.zeros((1, L, H, D))
+    with pytest.raises(TypeError, match="dense_backend"):
+        attend(x, x, x, encoding=_enc("nope"), q_positions=jnp.arange(L),
+               k_positions=jnp.arange(L), dense_backend="cudnn")
+    assert not hasattr(registry, "LEGACY_DENSE")
+    assert {f.name for f in dataclasses.fields(backends.Backend)}.isdisjoint(
+        {"summary", "segment_ids", "cache", "dense_backend"})
 
 
 def test_the_rotation_rule():

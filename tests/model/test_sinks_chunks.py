@@ -173,7 +173,7 @@ def test_transformers_goldens_gpt_oss_sinks_and_llama4_chunks():
         sinks = jnp.asarray(g["sinks"], jnp.float32) if "sinks" in g else None
         real = g["k_mask"][:, :, None, None]                # the rows transformers computes
         for impl in IMPLS:
-            def f(q, k, v, s, impl=impl):
+            def f(q, k, v, s, impl=impl, g=g, kw=kw):
                 return attend(q, k, v, encoding=enc, params={}, q_positions=g["positions"],
                               k_positions=g["positions"], k_mask=g["k_mask"],
                               implementation=impl, block_q=16, block_k=16, sinks=s, **kw)
@@ -181,7 +181,8 @@ def test_transformers_goldens_gpt_oss_sinks_and_llama4_chunks():
             np.testing.assert_allclose(np.where(real, out, 0), np.where(real, g["out"], 0),
                                        atol=2e-5, err_msg=f"{name} {impl}")
             argnums = (0, 1, 2, 3) if sinks is not None else (0, 1, 2)
-            grads = jax.grad(lambda *a: jnp.sum(f(*a) * g["cot"]), argnums)(q, k, v, sinks)
+            grads = jax.grad(lambda *a, f=f, c=g["cot"]: jnp.sum(f(*a) * c), argnums)(
+                q, k, v, sinks)
             for n, got in zip(("dq", "dk", "dv", "dsinks"), grads):
                 want = g[n] if n == "dsinks" else g[n].transpose(0, 2, 1, 3)
                 np.testing.assert_allclose(got, want, atol=1e-4 * max(1.0, np.abs(want).max()),
@@ -198,8 +199,8 @@ def test_transformers_goldens_gpt_oss_sinks_and_llama4_chunks():
     ({"sinks": jnp.zeros((4,), jnp.int32)}, TypeError,
      r"sinks must be a float array of shape \[H=4\], got dtype int32"),
     ({"sinks": jnp.zeros((4,)), "implementation": "cudnn"}, ValueError,
-     r"attention='cudnn' does not support sinks \(learned sink logits\); use "
-     r"attention='dense' or 'blockwise'"),
+     (r"attention='cudnn' does not support sinks \(learned sink logits\); use "
+      r"attention='dense' or 'blockwise'")),
     ({"chunk_size": 8, "implementation": "cudnn"}, ValueError,
      "attention='cudnn' does not support chunk_size=8; use attention='dense' or 'blockwise'"),
     ({"window": 4, "sink_tokens": 2, "implementation": "cudnn"}, ValueError,

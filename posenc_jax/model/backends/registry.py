@@ -17,7 +17,6 @@ Shapes: B batch, Lq / Lk query / key lengths, H query heads, K kv heads, D head 
 from __future__ import annotations
 
 import dataclasses
-import warnings
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
@@ -242,29 +241,11 @@ def get(name: str) -> Backend:
     return _REGISTRY[name]
 
 
-#: The legacy `dense_backend=` values and the backend each selects (deprecated).
-LEGACY_DENSE = {None: None, "xla": "dense", "cudnn": "cudnn"}
-
-
-def resolve(implementation: str, dense_backend: str | None = None, *, warn: bool = True) -> str:
-    """The backend name (or "auto") that `implementation` + the deprecated `dense_backend`
-    select: dense_backend="cudnn" with "dense" is "cudnn", "xla" is plain "dense". ValueError
-    for unknown values, naming the valid ones."""
+def resolve(implementation: str) -> str:
+    """`implementation` when it names a backend or "auto"; ValueError naming the valid ones."""
     if implementation != AUTO:
         get(implementation)
-    if dense_backend not in LEGACY_DENSE:
-        raise ValueError(f"unknown dense_backend {dense_backend!r}; valid: "
-                         f"{', '.join(map(repr, LEGACY_DENSE))} (deprecated: use attention=)")
-    if dense_backend is None:
-        return implementation
-    target = LEGACY_DENSE[dense_backend]
-    if implementation not in ("dense", target):
-        raise ValueError(f"dense_backend={dense_backend!r} applies to attention='dense' only, "
-                         f"got attention={implementation!r}; use attention={target!r}")
-    if warn:
-        warnings.warn(f"dense_backend={dense_backend!r} is deprecated; use attention="
-                      f"{target!r}", DeprecationWarning, stacklevel=3)
-    return target
+    return implementation
 
 
 def host_platform() -> str | None:
