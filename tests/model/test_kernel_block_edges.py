@@ -13,7 +13,8 @@
   gpt-oss (64 heads over 8, head dim 64, window 128, learned sinks) and Llama 4 (40 heads over
   8, head dim 128, chunk 8192 at L = 16k): forward, dq and dk/dv kernels, the sinks an input of
   the forward only, and the block skipping in the program: the [B, nq, nk] visibility it
-  hands the kernels, here 4,160 of 16,384 TPU block pairs for Llama 4 (8,256 causal alone).
+  hands the kernels, here 4,160 of 16,384 TPU block pairs for Llama 4 (8,256 causal alone);
+  and sinks with chunks, a window and sink tokens at every head dim the kernel takes.
 Tolerances as tests/model/test_pallas.py.
 """
 
@@ -129,7 +130,6 @@ def _lowered(name, platform):
     return jax.jit(f).trace(q, k, k, pos, sinks).lower(lowering_platforms=(platform,)).as_text()
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("name", REAL)
 @pytest.mark.parametrize("platform,call,blocks", [("cuda", "__gpu$xla.gpu.triton", None),
                                                   ("tpu", "tpu_custom_call", 128)])
@@ -150,3 +150,28 @@ def test_real_shapes_cross_lower_with_sinks_chunks_and_block_skipping(name, plat
     if platform == "tpu" and name == "llama4":
         vis = _visibility(length, 128, None, 8192, 0)
         assert vis.sum() == 2 * (64 * 65 // 2) == 4160 and vis.size == 16384
+
+
+@pytest.mark.parametrize("d", [40, 64, 80, 96, 128, 256])
+def test_sinks_and_chunks_lower_for_cuda_and_tpu_at_every_head_dim(d):
+    """Every head dim the kernel takes (tests/model/test_kernel_lowering.py's), with learned
+    sinks, chunks, a window and sink tokens at once, forward and backward, L = 1024."""
+    length, h, kh = 1024, 4, 2
+    enc = posenc_jax.get("rope", head_dim=d)
+    q = jax.ShapeDtypeStruct((1, length, h, d), jnp.bfloat16)
+    k = jax.ShapeDtypeStruct((1, length, kh, d), jnp.bfloat16)
+    pos = jax.ShapeDtypeStruct((1, length), jnp.int32)
+    sinks = jax.ShapeDtypeStruct((h,), jnp.float32)
+
+    def f(q, k, v, pos, sinks):
+        out, vjp = jax.vjp(lambda q, k, v, s: flash_attention(
+            q, k, v, encoding=enc, params={}, q_positions=pos, k_positions=pos, causal=True,
+            rotation=enc.kernel_rotation({}), sinks=s, chunk_size=256, window=300,
+            sink_tokens=4), q, k, v, sinks)
+        return vjp(out)
+
+    for platform, call in (("cuda", "__gpu$xla.gpu.triton"), ("tpu", "tpu_custom_call")):
+        text = jax.jit(f).trace(q, k, k, pos, sinks).lower(
+            lowering_platforms=(platform,)).as_text()
+        assert call in text and all(f"posenc_flash_{n}_kernel" in text
+                                    for n in ("fwd", "dq", "dkv")), (d, platform)
