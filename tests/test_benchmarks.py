@@ -45,7 +45,8 @@ SMOKE = [
           ("summary", "matmul 128^3") + (("x torch",) if HAVE_TORCH
                                           else ("torch side NOT run", "cannot import torch")),
           slow=True),
-    Smoke("kernel_device.py", ("--smoke",), ("kernel/smollm2/D=64", "gemma3_sliding/L=64"),
+    Smoke("kernel_device.py", ("--smoke",), ("kernel/smollm2/D=64", "gemma3_sliding/L=64",
+                                              "gpt_oss_sinks/L=64", "llama4_chunked/L=64"),
           slow=True),
     Smoke("pretrained_forward.py", ("--smoke",),
           ("ours: pretrained.load", "torch side NOT run", "x torch = ours / torch")),

@@ -389,8 +389,6 @@ LIBRARY = [
     ("attention-heads-not-dividing", lambda: attend(k=jnp.zeros((1, 4, 3, 8)),
                                                     v=jnp.zeros((1, 4, 3, 8))), ValueError,
      ["num_heads", "num_kv_heads"]),
-    ("attention-unknown-backend", lambda: attend(dense_backend="flash"), ValueError,
-     ["dense_backend", "'flash'"]),
     ("attention-block-zero", lambda: attend(implementation="blockwise", block_q=0),
      ValueError, ["block_q"]),
     *[(f"attention-block-{impl}-{key}", lambda i=impl, k=key, v=v: attend(

@@ -21,10 +21,8 @@ cannot be per-layer: they act only at the input (set them as `encoding`).
 from __future__ import annotations
 
 import dataclasses
-import warnings
 from typing import Any
 
-import jax
 import jax.numpy as jnp
 
 from posenc_jax._frozen import _FrozenDict, freeze, thaw
@@ -33,7 +31,6 @@ from posenc_jax.encodings import capabilities
 from posenc_jax.encodings.base import Encoding, for_model
 from posenc_jax.model import backends
 from posenc_jax.model.context_parallel import check_mode as check_context_mode
-from posenc_jax.model.kernels import unsupported_reason
 from posenc_jax.model.kernels.blocks import kernel_blocks
 from posenc_jax.model.features import check_features
 from posenc_jax.model.mlp import MLP_ACTIVATIONS
@@ -89,8 +86,7 @@ class TransformerConfig:
       causal: decoder (True) or bidirectional attention.
       tie_embeddings: the output projection is the token embedding's transpose.
       dtype: activation/compute dtype; param_dtype: parameter storage dtype.
-      norm_eps: RMSNorm epsilon. dense_backend: deprecated (a DeprecationWarning; "cudnn"
-        becomes attention="cudnn", "xla" plain dense; then stored as None).
+      norm_eps: RMSNorm epsilon.
       scan_layers: run the blocks as one `jax.lax.scan` (compile time independent of depth;
         same params and checkpoints as the loop); needs one encoding for every layer. See
         `posenc_jax.model.scan`.
@@ -122,7 +118,6 @@ class TransformerConfig:
     dtype: Any = "float32"
     param_dtype: Any = "float32"
     norm_eps: float = 1e-6
-    dense_backend: str | None = None
     scan_layers: bool = False
     context_mode: str = "ring"
     embed_scale: Any = "sqrt"
@@ -155,12 +150,7 @@ class TransformerConfig:
         if self.mlp_activation not in MLP_ACTIVATIONS:
             raise ValueError(f"unknown mlp_activation {self.mlp_activation!r}; valid: "
                              f"{', '.join(map(repr, MLP_ACTIVATIONS))}")
-        set_("attention", backends.resolve(self.attention, self.dense_backend, warn=False))
-        if self.dense_backend is not None:  # deprecated: now the attention names the backend
-            warnings.warn(f"TransformerConfig(dense_backend={self.dense_backend!r}) is "
-                          f"deprecated; use attention={self.attention!r}", DeprecationWarning,
-                          stacklevel=3)
-            set_("dense_backend", None)
+        set_("attention", backends.resolve(self.attention))
         positive_int("block_size", self.block_size)
         set_("kernel_blocks", kernel_blocks(thaw(self.kernel_blocks)))
         set_("dtype", _float_dtype("dtype", self.dtype))
@@ -197,17 +187,15 @@ class TransformerConfig:
                     f"encodings act only at the input: set encoding={entry[0]!r} instead")
 
     def _check_kernel_lowers(self, enc: Encoding) -> None:
-        """ValueError naming the shape when the kernel cannot lower for this host's GPU/TPU
-        (`kernels.unsupported_reason`; CPU interpret mode takes every shape)."""
-        platform = {"gpu": "cuda", "tpu": "tpu"}.get(jax.default_backend())
+        """ValueError naming the shape when the backend cannot run `enc` on this host's GPU /
+        TPU: the registry's `check` with the host platform (CPU hosts: nothing to trial)."""
+        platform = backends.host_platform()
         if platform is None:
             return
-        reason = unsupported_reason(enc, platform=platform, head_dim=self.head_dim,
-                                    num_heads=self.num_heads, num_kv_heads=self.num_kv_heads,
-                                    causal=self.causal, dtype=self.dtype)
-        if reason is not None:
-            raise ValueError(f"attention='pallas': {reason}; use attention='auto', "
-                             "'blockwise' or 'dense'")
+        shapes = backends.Shapes(batch=1, q_len=1, k_len=1, heads=self.num_heads,
+                                 kv_heads=self.num_kv_heads, head_dim=self.head_dim)
+        backends.check(self.attention, enc, causal=self.causal, shapes=shapes,
+                       platform=platform)
 
     def _freeze_layers(self, layers: Any) -> tuple | None:
         if layers is None:
