@@ -158,8 +158,8 @@ def resolve_layers(config: Any, set_) -> tuple[LayerSpec, ...]:
     pattern = config.layer_pattern or ()
     encodings = _from_pattern(config, pattern, "encoding") if pattern else None
     if encodings is not None:
-        encodings = [config.freeze_encoding(e, f"layer_pattern[{i % len(pattern)}]['encoding']")
-                     for i, e in enumerate(encodings)]
+        encodings = [None if e is None else config.freeze_encoding(
+            e, f"layer_pattern[{i % len(pattern)}]['encoding']") for i, e in enumerate(encodings)]
     else:
         encodings = config.layer_encodings or [None] * n
     windows = (_from_pattern(config, pattern, "window") if pattern else None) or (

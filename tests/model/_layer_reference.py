@@ -1,0 +1,102 @@
+"""A float64 NumPy forward of the decoder with per-layer settings, written from transformers'
+formulas (Llama 4's chunks, QK L2-norm and temperature; gpt-oss's sinks; Gemma's windows), for
+tests/model/test_layer_pattern.py and test_layer_attention_combined.py. Layers use RoPE (half
+layout, base 10000, full rotary) or NoPE; SwiGLU MLP, tied embeddings, no embedding scale."""
+
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from posenc_jax.model.transformer import Transformer
+
+
+def randomized(cfg, seed=0):
+    """A model whose every param is random (norm scales around 1), so that no feature hides
+    behind an identity initialisation (sinks included)."""
+    model = Transformer(cfg, rngs=nnx.Rngs(seed))
+    rng = np.random.default_rng(seed)
+    for _, p in nnx.iter_graph(model):
+        if isinstance(p, nnx.Param):
+            shift = 1.0 if p[...].ndim == 1 and p[...].shape[0] != cfg.num_heads else 0.0
+            p[...] = jnp.asarray(rng.normal(0.0, 0.3, p[...].shape) + shift, p[...].dtype)
+    return model
+
+
+def _np(p):
+    return np.asarray(p[...], np.float64)
+
+
+def rms(x, scale, eps):
+    y = x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps)
+    return y if scale is None else y * scale
+
+
+def rope(x, pos, base=10000.0):
+    """x [B, T, H, D] rotated at positions [T] (the half layout, `rotate_half`)."""
+    d = x.shape[-1]
+    inv = base ** (-np.arange(0, d, 2, dtype=np.float64) / d)
+    ang = pos[:, None].astype(np.float64) * inv[None, :]
+    cos = np.concatenate([np.cos(ang)] * 2, -1)[None, :, None, :]
+    sin = np.concatenate([np.sin(ang)] * 2, -1)[None, :, None, :]
+    half = d // 2
+    rotated = np.concatenate([-x[..., half:], x[..., :half]], -1)
+    return x * cos + rotated * sin
+
+
+def temperature(pos, floor_scale, attn_scale):
+    """Llama 4's query temperature at positions [T] (transformers: log1p(floor((p + 1) /
+    floor_scale)) * attn_scale + 1)."""
+    return np.log1p(np.floor((pos + 1.0) / floor_scale)) * attn_scale + 1.0
+
+
+def visible(pos, spec, sink_tokens):
+    """bool [Tq, Tk]: causal, the window and the chunk, sink tokens exempt from both."""
+    qp, kp = pos[:, None], pos[None, :]
+    out = kp <= qp
+    local = np.ones_like(out)
+    if spec.window is not None:
+        local &= qp - kp < spec.window
+    if spec.chunk is not None:
+        local &= kp // spec.chunk == qp // spec.chunk
+    if spec.window is not None or spec.chunk is not None:
+        local |= kp < sink_tokens
+    return out & local
+
+
+def forward(model, tokens, positions=None):
+    """float64 logits [B, T, V]."""
+    cfg = model.config
+    b, t = tokens.shape
+    pos = np.arange(t) if positions is None else np.asarray(positions)
+    x = _np(model.embedding)[np.asarray(tokens)]
+    for i, layer in enumerate(model.layers):
+        spec, a = cfg.layer(i), layer.attn
+        hx = rms(x, _np(layer.attn_norm.scale), cfg.norm_eps)
+        q = np.einsum("bte,ehd->bthd", hx, _np(a.q_proj))
+        k = np.einsum("bte,ekd->btkd", hx, _np(a.k_proj))
+        v = np.einsum("bte,ekd->btkd", hx, _np(a.v_proj))
+        if spec.encoding[0] == "rope":
+            q, k = rope(q, pos), rope(k, pos)
+        if spec.qk_l2_norm:  # transformers: after the rotation
+            q, k = rms(q, None, cfg.norm_eps), rms(k, None, cfg.norm_eps)
+        if spec.temperature is not None:
+            q = q * temperature(pos, *spec.temperature)[None, :, None, None]
+        g = cfg.num_heads // cfg.num_kv_heads
+        k, v = np.repeat(k, g, axis=2), np.repeat(v, g, axis=2)
+        s = np.einsum("bqhd,bkhd->bhqk", q, k) / np.sqrt(cfg.head_dim)
+        s = np.where(visible(pos, spec, cfg.sink_tokens), s, -np.inf)
+        m = s.max(-1, keepdims=True)
+        if cfg.attention_sinks:  # gpt-oss: a per-head logit joins the denominator only
+            sink = _np(a.sinks)[None, :, None, None]
+            m = np.maximum(m, sink)
+            e = np.exp(s - m)
+            p = e / (e.sum(-1, keepdims=True) + np.exp(sink - m))
+        else:
+            e = np.exp(s - m)
+            p = e / e.sum(-1, keepdims=True)
+        x = x + np.einsum("bhqk,bkhd,hde->bqe", p, v, _np(a.o_proj))
+        hx = rms(x, _np(layer.mlp_norm.scale), cfg.norm_eps)
+        gate = hx @ _np(layer.mlp.gate)
+        x = x + (gate / (1.0 + np.exp(-gate)) * (hx @ _np(layer.mlp.up))) @ _np(layer.mlp.down)
+    x = rms(x, _np(model.final_norm.scale), cfg.norm_eps)
+    return x @ _np(model.embedding).T
