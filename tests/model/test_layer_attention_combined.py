@@ -1,0 +1,120 @@
+"""The model's wiring of chunked attention, learned sinks and sink tokens (issue 31), which
+`attend` gains on the `attn` branch: these tests need both branches (run them after the
+merge). Each feature against the float64 NumPy forward of tests/model/_layer_reference.py
+(Llama 4's chunks + QK L2-norm + NoPE temperature; gpt-oss's sinks beside a window), in the
+full forward and the KV cache, looped, scanned in groups and rematerialised; the sinks get a
+gradient and the logical axis "heads"; a backend without sinks is refused at config time."""
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+import _layer_reference as ref
+from posenc_jax.model.kv_cache import init_cache
+from posenc_jax.model.transformer import Transformer, TransformerConfig
+
+V, E, H, K, D, F = 48, 32, 4, 2, 8, 40
+LLAMA4 = {"attn_temperature": {"floor_scale": 3.0, "attn_scale": 0.5},
+          "layer_pattern": [{"chunk": 4, "qk_l2_norm": True}] * 2 + [
+              {"encoding": "nope", "temperature": True}]}
+GPT_OSS = {"attention_sinks": True, "sliding_window": [3, None, 3]}
+STREAMING = {"attention_sinks": True, "sink_tokens": 2, "sliding_window": [3, None, 3]}
+CHUNKS_AND_SINKS = {"attention_sinks": True, "sink_tokens": 1,
+                    "attention_chunk": [5, None, 5]}
+CASES = {"Llama 4: chunks, L2-norm, NoPE + temperature": LLAMA4,
+         "gpt-oss: sinks beside windows": GPT_OSS,
+         "StreamingLLM: sinks and sink tokens beside windows": STREAMING,
+         "chunks with sinks and a sink token": CHUNKS_AND_SINKS}
+
+
+def config(**kw):
+    base = {"vocab_size": V, "num_layers": 3, "embed_dim": E, "num_heads": H, "num_kv_heads": K,
+            "head_dim": D, "mlp_dim": F, "encoding": "rope", "embed_scale": None}
+    return TransformerConfig(**{**base, **kw})
+
+
+def test_a_chunk_list_resolves_per_layer():
+    cfg = config(num_layers=4, attention_chunk=[None] * 3 + [5])
+    assert [s.chunk for s in cfg.layer_specs] == [None, None, None, 5]
+    assert cfg.attention_chunk == (None, None, None, 5)
+
+
+@pytest.mark.parametrize("attention", ["dense", "blockwise"])
+@pytest.mark.parametrize("name", list(CASES))
+def test_model_matches_the_float64_reference(name, attention):
+    model = ref.randomized(config(attention=attention, block_size=4, **CASES[name]))
+    tokens = np.random.default_rng(1).integers(0, V, (2, 13))
+    got = nnx.jit(lambda m, t: m(t))(model, jnp.asarray(tokens))
+    np.testing.assert_allclose(np.asarray(got, np.float64), ref.forward(model, tokens),
+                               rtol=2e-4, atol=2e-4)
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_cache_decoding_matches_the_full_forward(name):
+    """A chunk boundary in the cache resets what a query sees; the sinks join each step."""
+    model = ref.randomized(config(**CASES[name]))
+    tokens = jax.random.randint(jax.random.key(2), (2, 11), 0, V)
+    full = nnx.jit(lambda m, t: m(t))(model, tokens)
+    step = nnx.jit(lambda m, t, p, c: m(t, p, cache=c))
+    logits, cache = step(model, tokens[:, :3], jnp.arange(3)[None], init_cache(model, 2, 11))
+    outs = [logits]
+    for i in range(3, 11):
+        logits, cache = step(model, tokens[:, i:i + 1], jnp.full((2, 1), i), cache)
+        outs.append(logits)
+    np.testing.assert_allclose(jnp.concatenate(outs, 1), full, rtol=1e-4, atol=1e-4)
+
+
+def loss(model, tokens):
+    return jnp.mean(jax.nn.log_softmax(model(tokens))[..., 0])
+
+
+@pytest.mark.parametrize("remat", ["none", "block"])
+@pytest.mark.parametrize("name", list(CASES))
+def test_scan_in_groups_and_remat_match_the_loop(name, remat):
+    kw = {**CASES[name], "num_layers": 6}
+    kw.update({k: v * 2 for k, v in kw.items() if isinstance(v, list) and k != "layer_pattern"})
+    loop = Transformer(config(**kw), rngs=nnx.Rngs(0))
+    scanned = Transformer(config(scan_layers=True, remat=remat, **kw), rngs=nnx.Rngs(0))
+    tokens = jax.random.randint(jax.random.key(1), (2, 9), 0, V)
+    grad = nnx.jit(nnx.value_and_grad(loss))
+    (l1, g1), (l2, g2) = grad(loop, tokens), grad(scanned, tokens)
+    np.testing.assert_allclose(l1, l2, rtol=1e-5, atol=1e-6)
+    chex.assert_trees_all_close(g1, g2, rtol=1e-4, atol=1e-5)
+
+
+def test_sinks_are_a_per_head_param_with_a_gradient():
+    model = ref.randomized(config(**GPT_OSS))
+    specs = nnx.get_partition_spec(nnx.state(model, nnx.Param))
+    assert tuple(specs["layers"][0]["attn"]["sinks"][...]) == ("heads",)
+    assert model.layers[2].attn.sinks[...].shape == (H,)
+    grads = nnx.grad(loss)(model, jax.random.randint(jax.random.key(3), (2, 7), 0, V))
+    for i in range(3):
+        assert float(jnp.abs(grads["layers"][i]["attn"]["sinks"][...]).min()) > 0.0
+
+
+def test_a_sink_with_no_other_visible_key_takes_its_share():
+    """Position 0 sees only itself: with a sink s the output is v_0 * 1 / (1 + exp(s - l)),
+    not v_0 (the reference's denominator); a huge negative sink restores plain attention."""
+    model = ref.randomized(config(**GPT_OSS))
+    tokens = np.random.default_rng(4).integers(0, V, (1, 5))
+    np.testing.assert_allclose(np.asarray(model(jnp.asarray(tokens)), np.float64),
+                               ref.forward(model, tokens), rtol=2e-4, atol=2e-4)
+    plain = ref.randomized(config(sliding_window=[3, None, 3]))
+    for a, b in zip(model.layers, plain.layers):
+        a.attn.sinks[...] = jnp.full((H,), -1e4)
+    np.testing.assert_allclose(model(jnp.asarray(tokens)), plain(jnp.asarray(tokens)),
+                               rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("kw, text", [
+    ({"attention_sinks": True, "attention": "cudnn"}, "attention='cudnn' does not support sinks"),
+    ({"attention_chunk": 8, "attention": "cudnn"}, "attention='cudnn' does not support "
+                                                   "chunk_size=8"),
+])
+def test_a_backend_without_the_feature_is_refused_at_config_time(kw, text):
+    with pytest.raises(ValueError) as info:
+        config(**kw)
+    assert text in str(info.value)
