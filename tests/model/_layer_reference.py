@@ -63,8 +63,8 @@ def visible(pos, spec, sink_tokens):
     return out & local
 
 
-def forward(model, tokens, positions=None):
-    """float64 logits [B, T, V]."""
+def forward(model, tokens, positions=None, *, use_sinks=True):
+    """float64 logits [B, T, V] (use_sinks=False: as if the model had no sinks)."""
     cfg = model.config
     b, t = tokens.shape
     pos = np.arange(t) if positions is None else np.asarray(positions)
@@ -86,7 +86,7 @@ def forward(model, tokens, positions=None):
         s = np.einsum("bqhd,bkhd->bhqk", q, k) / np.sqrt(cfg.head_dim)
         s = np.where(visible(pos, spec, cfg.sink_tokens), s, -np.inf)
         m = s.max(-1, keepdims=True)
-        if cfg.attention_sinks:  # gpt-oss: a per-head logit joins the denominator only
+        if cfg.attention_sinks and use_sinks:  # gpt-oss: a per-head logit joins the denominator only
             sink = _np(a.sinks)[None, :, None, None]
             m = np.maximum(m, sink)
             e = np.exp(s - m)
