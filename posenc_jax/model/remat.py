@@ -18,8 +18,13 @@ intermediate values are still saved:
 
 Gradients equal those without remat (the same computation, recomputed). `wrap` applies the
 named policy to a pure block function; the Python loop and the scan call it alike (in a
-scan with `prevent_cse=False`, as `jax.checkpoint` advises inside loops). Measured with
-XLA's compiled memory analysis in benchmarks/remat_memory.py and tests/model/test_remat.py.
+scan with `prevent_cse=False`, as `jax.checkpoint` advises inside loops).
+
+Measured with XLA's compiled memory analysis (tests/model/test_remat.py; XLA:CPU, 6 scanned
+layers, E 32, B 2, L 256): temporaries none 46.7 MB, block 10.4, dots 15.3, attention 10.8;
+at E 128 with blockwise attention: 71.6, 22.8, 39.3, 24.4. On XLA:CPU only the scan shows the
+saving: with the unrolled loop its schedule runs the recomputed forwards early and the
+estimate barely moves (39.8 -> 38.5 MB), so measure remat on CPU with `scan_layers=True`.
 """
 
 from __future__ import annotations

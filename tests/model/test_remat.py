@@ -57,8 +57,7 @@ def temp_bytes(cfg, batch=2, length=256):
 
 
 def test_remat_shrinks_the_compiled_step_memory_of_the_scan():
-    """XLA:CPU's estimate for 6 scanned layers, L = 256 (GPU fusion differs; the table:
-    benchmarks/remat_memory.py). Measured: none 46.7 MB, block 10.4, dots 15.3, attention
+    """XLA:CPU's estimate for 6 scanned layers, L = 256 (GPU fusion differs). Measured: none 46.7 MB, block 10.4, dots 15.3, attention
     10.8. (The unrolled loop shows no saving on XLA:CPU, whose schedule runs the recomputed
     forwards early; a scan's backward loop recomputes one layer at a time.)"""
     sizes = {p: temp_bytes(config(remat=p, num_layers=6, sliding_window=None,
