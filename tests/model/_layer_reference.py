@@ -1,12 +1,16 @@
 """A float64 NumPy forward of the decoder with per-layer settings, written from transformers'
 formulas (Llama 4's chunks, QK L2-norm and temperature; gpt-oss's sinks; Gemma's windows), for
-tests/model/test_layer_pattern.py and test_layer_attention_combined.py. Layers use RoPE (half
+tests/model/test_layer_pattern.py, test_scan_groups.py and test_layer_attention_combined.py
+(with the cache-decoding and loop-vs-scan helpers they share). Layers use RoPE (half
 layout, base 10000, full rotary) or NoPE; SwiGLU MLP, tied embeddings, no embedding scale."""
 
+import chex
+import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from posenc_jax.model.kv_cache import init_cache
 from posenc_jax.model.transformer import Transformer
 
 
@@ -66,7 +70,7 @@ def visible(pos, spec, sink_tokens):
 def forward(model, tokens, positions=None, *, use_sinks=True):
     """float64 logits [B, T, V] (use_sinks=False: as if the model had no sinks)."""
     cfg = model.config
-    b, t = tokens.shape
+    t = tokens.shape[1]
     pos = np.arange(t) if positions is None else np.asarray(positions)
     x = _np(model.embedding)[np.asarray(tokens)]
     for i, layer in enumerate(model.layers):
@@ -100,3 +104,28 @@ def forward(model, tokens, positions=None, *, use_sinks=True):
         x = x + (gate / (1.0 + np.exp(-gate)) * (hx @ _np(layer.mlp.up))) @ _np(layer.mlp.down)
     x = rms(x, _np(model.final_norm.scale), cfg.norm_eps)
     return x @ _np(model.embedding).T
+
+
+def decoded(model, tokens, prefill):
+    """(logits [B, T, V] of a prefill of `prefill` tokens then one-token decode steps, the
+    final cache): what must equal the full forward."""
+    b, t = tokens.shape
+    step = nnx.jit(lambda m, x, p, c: m(x, p, cache=c))
+    logits, cache = step(model, tokens[:, :prefill], jnp.arange(prefill)[None],
+                         init_cache(model, b, t))
+    outs = [logits]
+    for i in range(prefill, t):
+        logits, cache = step(model, tokens[:, i:i + 1], jnp.full((b, 1), i), cache)
+        outs.append(logits)
+    return jnp.concatenate(outs, 1), cache
+
+
+def assert_same_loss_and_grads(a, b, tokens):
+    """Two models (e.g. loop and scan) give one loss (1e-5) and gradients (1e-4)."""
+    def loss(model, tokens):
+        return jnp.mean(jax.nn.log_softmax(model(tokens))[..., 0])
+
+    grad = nnx.jit(nnx.value_and_grad(loss))
+    (l1, g1), (l2, g2) = grad(a, tokens), grad(b, tokens)
+    np.testing.assert_allclose(l1, l2, rtol=1e-5, atol=1e-6)
+    chex.assert_trees_all_close(g1, g2, rtol=1e-4, atol=1e-5)

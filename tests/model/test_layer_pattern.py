@@ -4,15 +4,14 @@ a float64 NumPy forward (tests/model/_layer_reference.py), in the full forward a
 cache; bad settings refused at construction, naming the key. Chunks and sinks need the
 attention side: tests/model/test_layer_attention_combined.py."""
 
+import _layer_reference as ref
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
 
-import _layer_reference as ref
 from posenc_jax._frozen import freeze
-from posenc_jax.model.kv_cache import init_cache
 from posenc_jax.model.layer_pattern import LayerSpec, group_size, query_temperature
 from posenc_jax.model.transformer import TransformerConfig
 
@@ -81,8 +80,9 @@ def test_the_older_spellings_resolve_into_the_same_specs():
     ({"attn_temperature": TEMP}, ValueError, "no layer asks for it"),
     ({"attn_temperature": 8192.0, "layer_pattern": [{"temperature": True}]}, TypeError,
      "attn_temperature must be a dict"),
-    ({"sink_tokens": 2}, ValueError, "sink_tokens=2 keeps the first keys visible beside a "
-                                     "sliding window or a chunk, but no layer has one"),
+    ({"sink_tokens": 2}, ValueError,
+     ("sink_tokens=2 keeps the first keys visible beside a sliding window or a chunk, but no "
+      "layer has one")),
     ({"sink_tokens": -1, "sliding_window": 3}, ValueError, "sink_tokens must be >= 0"),
     ({"attention_sinks": "yes"}, TypeError, "attention_sinks must be a bool"),
     ({"layer_pattern": [{"window": 3}], "causal": False}, ValueError,
@@ -129,13 +129,7 @@ def test_temperature_and_l2_norm_follow_the_cache():
     model = ref.randomized(config(attn_temperature=TEMP, layer_pattern=LLAMA4ISH))
     tokens = jax.random.randint(jax.random.key(2), (2, 9), 0, V)
     full = nnx.jit(lambda m, t: m(t))(model, tokens)
-    step = nnx.jit(lambda m, t, p, c: m(t, p, cache=c))
-    logits, cache = step(model, tokens[:, :4], jnp.arange(4)[None], init_cache(model, 2, 9))
-    outs = [logits]
-    for i in range(4, 9):
-        logits, cache = step(model, tokens[:, i:i + 1], jnp.full((2, 1), i), cache)
-        outs.append(logits)
-    np.testing.assert_allclose(jnp.concatenate(outs, 1), full, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(ref.decoded(model, tokens, 4)[0], full, rtol=1e-4, atol=1e-4)
 
 
 def test_l2_norm_makes_each_layer_blind_to_the_scale_of_q_and_k():

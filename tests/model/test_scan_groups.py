@@ -3,15 +3,15 @@ values, gradients and KV-cache decoding, for Gemma 3's five-sliding-one-global s
 remainder that runs unrolled), Llama 4's L2-norm / NoPE-with-temperature group, and layers
 whose parameter structures differ inside the group (a T5 table on some layers only)."""
 
+import _layer_reference as ref
 import chex
 import jax
 import jax.numpy as jnp
-import numpy as np
 import pytest
 from flax import nnx
 
 from posenc_jax.model.scan import scan_plan
-from posenc_jax.model.transformer import Transformer, TransformerConfig, init_cache
+from posenc_jax.model.transformer import Transformer, TransformerConfig
 
 V = 40
 GEMMA = {"num_layers": 8, "sliding_window": [3, 3, None] * 2 + [3, 3],
@@ -36,10 +36,6 @@ def pair(**kw):
             Transformer(config(scan_layers=True, **kw), rngs=nnx.Rngs(0)))
 
 
-def loss(model, tokens):
-    return jnp.mean(jax.nn.log_softmax(model(tokens))[..., 0])
-
-
 def test_the_plan_is_the_smallest_repeating_group():
     assert scan_plan(config(**GEMMA).layer_specs) == (3, 2)     # layers 6, 7 unrolled
     assert scan_plan(config(**LLAMA4).layer_specs) == (3, 2)
@@ -52,11 +48,8 @@ def test_the_plan_is_the_smallest_repeating_group():
 def test_scan_in_groups_matches_loop_values_and_gradients(name):
     loop, scanned = pair(**CASES[name])
     chex.assert_trees_all_equal(nnx.state(loop, nnx.Param), nnx.state(scanned, nnx.Param))
-    tokens = jax.random.randint(jax.random.key(1), (2, 9), 0, V)
-    grad = nnx.jit(nnx.value_and_grad(loss))
-    (l1, g1), (l2, g2) = grad(loop, tokens), grad(scanned, tokens)
-    np.testing.assert_allclose(l1, l2, rtol=1e-5, atol=1e-6)
-    chex.assert_trees_all_close(g1, g2, rtol=1e-4, atol=1e-5)
+    ref.assert_same_loss_and_grads(loop, scanned,
+                                   jax.random.randint(jax.random.key(1), (2, 9), 0, V))
 
 
 def test_scan_traces_one_group_plus_the_remainder():
@@ -76,14 +69,9 @@ def test_scan_in_groups_kv_cache_decoding_matches_the_loop(name):
     loop, scanned = pair(**CASES[name])
     tokens = jax.random.randint(jax.random.key(2), (2, 8), 0, V)
     full = nnx.jit(lambda m, t: m(t))(loop, tokens)
-    step = nnx.jit(lambda m, t, p, c: m(t, p, cache=c))
     caches = []
     for model in (loop, scanned):
-        logits, cache = step(model, tokens[:, :3], jnp.arange(3)[None], init_cache(model, 2, 8))
-        outs = [logits]
-        for i in range(3, 8):
-            logits, cache = step(model, tokens[:, i:i + 1], jnp.full((2, 1), i), cache)
-            outs.append(logits)
-        chex.assert_trees_all_close(jnp.concatenate(outs, 1), full, rtol=1e-4, atol=1e-4)
+        logits, cache = ref.decoded(model, tokens, 3)
+        chex.assert_trees_all_close(logits, full, rtol=1e-4, atol=1e-4)
         caches.append(cache)
     chex.assert_trees_all_close(caches[0], caches[1], rtol=1e-5, atol=1e-5)
