@@ -203,12 +203,13 @@ class TransformerConfig:
             raise ValueError(f"the encodings take positions with different axes {axes}; a "
                              "model takes one positions shape")
         default = (self.encoding, self.encoding_kwargs)
+        pattern = [dict(e) for e in self.layer_pattern or ()]
         for i, spec in enumerate(specs):
             if spec.encoding != default and "embed" in encs[spec.encoding].hooks:
-                where = ("layer_encodings" if self.layer_encodings is not None
-                         else "layer_pattern")
+                where = (f"layer_pattern[{i % len(pattern)}]['encoding']"
+                         if any("encoding" in e for e in pattern) else f"layer_encodings[{i}]")
                 raise ValueError(
-                    f"{where}[{i}]={spec.encoding[0]!r} is additive (an embed hook); additive "
+                    f"{where}={spec.encoding[0]!r} is additive (an embed hook); additive "
                     f"encodings act only at the input: set encoding={spec.encoding[0]!r} "
                     "instead")
         self._check_masks(specs)

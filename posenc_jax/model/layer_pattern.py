@@ -41,6 +41,7 @@ repeating group of specs, the unit `scan_layers` scans.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -133,60 +134,69 @@ def _pattern(value: Any, num_layers: int) -> tuple | None:
     return tuple(freeze(entry) for entry in value)
 
 
-def _from_pattern(config: Any, pattern: tuple, key: str) -> list | None:
-    """One value per layer for `key` from the pattern (None when no entry names it), refused
-    when the key's own field is set too."""
+def _from_pattern(config: Any, key: str, check: Callable[[str, Any], Any]) -> list | None:
+    """One value per layer for `key` from `layer_pattern` (None when no entry names it; an
+    entry without it gives None), each given value checked as `check(name, value)`."""
+    pattern = config.layer_pattern or ()
     if not any(key in dict(entry) for entry in pattern):
         return None
-    field = PATTERN_KEYS[key]
-    if field is not None and getattr(config, field) is not None:
-        raise ValueError(f"layer_pattern sets {key!r} and {field}={getattr(config, field)!r} "
-                         f"is set too; give the per-layer {key} in one place")
-    group = [dict(entry).get(key) for entry in pattern]
+    group = []
+    for j, entry in enumerate(pattern):
+        value = dict(entry).get(key)
+        group.append(None if value is None else check(f"layer_pattern[{j}][{key!r}]", value))
     return group * (config.num_layers // len(pattern))
+
+
+def _settle(config: Any, set_, key: str, values: tuple | None) -> None:
+    """Writes what the pattern sets for `key` into the key's own field (so every reader of
+    `sliding_window`, `attention_chunk` or `layer_encodings` sees the resolved layers); a
+    field given with other values is refused, naming both."""
+    field = PATTERN_KEYS[key]
+    given = getattr(config, field)
+    if given is not None and given != values:
+        raise ValueError(f"{field}={given!r} differs from what layer_pattern sets for {key!r} "
+                         f"({values!r}); give the per-layer {key} in one place")
+    set_(field, values)
 
 
 def resolve_layers(config: Any, set_) -> tuple[LayerSpec, ...]:
     """Validates and normalises the per-layer fields of a `TransformerConfig` under
     construction (`set_(name, value)` writes a frozen field) and returns one `LayerSpec` per
-    layer. Layer encodings arrive already frozen as (name, kwargs) entries (or None)."""
+    layer. Layer encodings arrive already frozen as (name, kwargs) entries (or None); what
+    `layer_pattern` sets is written into `sliding_window`, `attention_chunk` and
+    `layer_encodings` too."""
     n = config.num_layers
+    default = (config.encoding, config.encoding_kwargs)
     set_("layer_pattern", _pattern(config.layer_pattern, n))
     set_("sliding_window", per_layer("sliding_window", config.sliding_window, n))
     set_("attention_chunk", per_layer("attention_chunk", config.attention_chunk, n))
     set_("attn_temperature", temperature_constants(config.attn_temperature))
-    pattern = config.layer_pattern or ()
-    encodings = _from_pattern(config, pattern, "encoding") if pattern else None
+    encodings = _from_pattern(config, "encoding",
+                              lambda name, entry: config.freeze_encoding(entry, name))
     if encodings is not None:
-        encodings = [None if e is None else config.freeze_encoding(
-            e, f"layer_pattern[{i % len(pattern)}]['encoding']") for i, e in enumerate(encodings)]
-    else:
-        encodings = config.layer_encodings or [None] * n
-    windows = (_from_pattern(config, pattern, "window") if pattern else None) or (
-        config.sliding_window or [None] * n)
-    chunks = (_from_pattern(config, pattern, "chunk") if pattern else None) or (
-        config.attention_chunk or [None] * n)
-    l2 = (_from_pattern(config, pattern, "qk_l2_norm") if pattern else None) or [False] * n
-    temps = (_from_pattern(config, pattern, "temperature") if pattern else None) or [False] * n
-    default = (config.encoding, config.encoding_kwargs)
+        _settle(config, set_, "encoding", tuple(e or default for e in encodings))
+    for key in ("window", "chunk"):
+        values = _from_pattern(config, key, positive_int)
+        if values is not None:
+            _settle(config, set_, key, None if all(v is None for v in values) else tuple(values))
+    encodings = config.layer_encodings or [default] * n
+    windows = config.sliding_window or [None] * n
+    chunks = config.attention_chunk or [None] * n
+    l2 = _from_pattern(config, "qk_l2_norm", boolean) or [False] * n
+    temps = _from_pattern(config, "temperature", boolean) or [False] * n
+    constants = dict(config.attn_temperature or ())
     specs = []
     for i in range(n):
-        where = f"layer_pattern[{i % len(pattern)}]" if pattern else ""
-        window = None if windows[i] is None else positive_int(
-            f"{where}['window']" if where else f"sliding_window[{i}]", windows[i])
-        chunk = None if chunks[i] is None else positive_int(
-            f"{where}['chunk']" if where else f"attention_chunk[{i}]", chunks[i])
-        norm = boolean(f"{where}['qk_l2_norm']", False if l2[i] is None else l2[i])
-        temp = boolean(f"{where}['temperature']", False if temps[i] is None else temps[i])
-        if temp and config.attn_temperature is None:
-            raise ValueError(f"{where}['temperature']=True needs attn_temperature="
-                             "{'floor_scale': ..., 'attn_scale': ...} (the floor scale and the "
-                             "attention scale of the query temperature)")
-        constants = config.attn_temperature
+        if temps[i] and not constants:
+            raise ValueError(f"layer_pattern[{i % len(config.layer_pattern)}]['temperature']="
+                             "True needs attn_temperature={'floor_scale': ..., 'attn_scale': "
+                             "...} (the floor scale and the attention scale of the query "
+                             "temperature)")
         specs.append(LayerSpec(
-            encoding=encodings[i] or default, window=window, chunk=chunk, qk_l2_norm=norm,
-            temperature=(dict(constants)["floor_scale"], dict(constants)["attn_scale"])
-            if temp else None))
+            encoding=encodings[i], window=windows[i], chunk=chunks[i],
+            qk_l2_norm=bool(l2[i]),
+            temperature=(constants["floor_scale"], constants["attn_scale"]) if temps[i]
+            else None))
     if config.attn_temperature is not None and not any(s.temperature for s in specs):
         raise ValueError(f"attn_temperature={thaw(config.attn_temperature)!r} is set but no "
                          "layer asks for it: set 'temperature': True in layer_pattern")

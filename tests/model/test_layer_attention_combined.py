@@ -2,8 +2,9 @@
 `attend` gains on the `attn` branch: these tests need both branches (run them after the
 merge). Each feature against the float64 NumPy forward of tests/model/_layer_reference.py
 (Llama 4's chunks + QK L2-norm + NoPE temperature; gpt-oss's sinks beside a window), in the
-full forward and the KV cache, looped, scanned in groups and rematerialised; the sinks get a
-gradient and the logical axis "heads"; a backend without sinks is refused at config time."""
+full forward, the KV cache and under context parallelism (ring and all-gather), looped,
+scanned in groups and rematerialised; the sinks get a gradient and the logical axis "heads";
+a backend without sinks is refused at config time."""
 
 import _layer_reference as ref
 import jax
@@ -12,7 +13,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from posenc_jax.model.transformer import Transformer, TransformerConfig
+from posenc_jax.model.transformer import Transformer, TransformerConfig, complete_rules
 
 V, E, H, K, D, F = 48, 32, 4, 2, 8, 40
 LLAMA4 = {"attn_temperature": {"floor_scale": 3.0, "attn_scale": 0.5},
@@ -106,3 +107,21 @@ def test_a_backend_without_the_feature_is_refused_at_config_time(kw, text):
     with pytest.raises(ValueError) as info:
         config(**kw)
     assert text in str(info.value)
+
+
+@pytest.mark.parametrize("mode", ["ring", "all_gather"])
+@pytest.mark.parametrize("name", ["Llama 4: chunks, L2-norm, NoPE + temperature",
+                                  "StreamingLLM: sinks and sink tokens beside windows"])
+def test_context_parallel_model_equals_one_device(name, mode):
+    """The layer settings reach `context_attention` too: a mesh splitting "length" over 2
+    devices gives the logits of no mesh."""
+    mesh = jax.make_mesh((2,), ("context",), axis_types=(jax.sharding.AxisType.Auto,),
+                         devices=jax.devices()[:2])
+    rules = complete_rules((("length", "context"),))
+    model = ref.randomized(config(context_mode=mode, **CASES[name]))
+    tokens = jax.random.randint(jax.random.key(5), (2, 12), 0, V)
+    forward = nnx.jit(lambda m, t: m(t))
+    want = forward(model, tokens)
+    with jax.set_mesh(mesh), nnx.logical_axis_rules(rules):
+        got = nnx.jit(lambda m, t: m(t))(model, tokens)
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-4, atol=1e-4)

@@ -4,6 +4,8 @@ a float64 NumPy forward (tests/model/_layer_reference.py), in the full forward a
 cache; bad settings refused at construction, naming the key. Chunks and sinks need the
 attention side: tests/model/test_layer_attention_combined.py."""
 
+import dataclasses
+
 import _layer_reference as ref
 import jax
 import jax.numpy as jnp
@@ -35,6 +37,12 @@ def test_a_pattern_resolves_to_one_spec_per_layer_repeated():
     assert cfg.layer_specs == group * 2
     assert cfg.layer(5).temperature == (3.0, 0.5) and cfg.layer_encoding(5).name == "nope"
     assert group_size(cfg.layer_specs) == 3
+    # what the pattern sets is in the per-layer fields too, for every reader (export, study)
+    assert cfg.sliding_window == (3, None, None) * 2
+    assert cfg.layer_encodings == (ROPE, ROPE, NOPE) * 2
+    assert cfg.attention_chunk is None
+    again = dataclasses.replace(cfg)  # a resolved config rebuilds as itself
+    assert again == cfg and again.layer_specs == cfg.layer_specs
 
 
 def test_the_older_spellings_resolve_into_the_same_specs():
@@ -63,13 +71,14 @@ def test_the_older_spellings_resolve_into_the_same_specs():
     ({"layer_pattern": [{"qk_l2_norm": 1}]}, TypeError,
      "layer_pattern[0]['qk_l2_norm'] must be a bool"),
     ({"layer_pattern": [{"window": 3}], "sliding_window": 2}, ValueError,
-     "layer_pattern sets 'window' and sliding_window=(2, 2, 2) is set too"),
+     "sliding_window=(2, 2, 2) differs from what layer_pattern sets for 'window' ((3, 3, 3))"),
     ({"layer_pattern": [{"encoding": "nope"}], "layer_encodings": ["rope"] * 3}, ValueError,
-     "layer_pattern sets 'encoding' and layer_encodings="),
+     ("layer_encodings=(('rope', {}), ('rope', {}), ('rope', {})) differs from what "
+      "layer_pattern sets for 'encoding'")),
     ({"layer_pattern": [{"encoding": 3}]}, ValueError,
      "layer_pattern[0]['encoding'] must be a name or (name, kwargs)"),
     ({"layer_pattern": [{"encoding": "sinusoidal"}]}, ValueError,
-     "layer_pattern[0]='sinusoidal' is additive"),
+     "layer_pattern[0]['encoding']='sinusoidal' is additive"),
     ({"layer_pattern": [{"temperature": True}]}, ValueError,
      "layer_pattern[0]['temperature']=True needs attn_temperature="),
     ({"layer_pattern": [{"temperature": True}], "attn_temperature": {"attn_scale": 0.1}},
