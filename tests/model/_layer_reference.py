@@ -129,3 +129,13 @@ def assert_same_loss_and_grads(a, b, tokens):
     (l1, g1), (l2, g2) = grad(a, tokens), grad(b, tokens)
     np.testing.assert_allclose(l1, l2, rtol=1e-5, atol=1e-6)
     chex.assert_trees_all_close(g1, g2, rtol=1e-4, atol=1e-5)
+
+
+def assert_matches_forward(cfg, length, seed=1):
+    """A randomized model of `cfg` gives the float64 `forward`'s logits (2e-4) on random
+    tokens [2, length]."""
+    model = randomized(cfg)
+    tokens = np.random.default_rng(seed).integers(0, cfg.vocab_size, (2, length))
+    got = nnx.jit(lambda m, t: m(t))(model, jnp.asarray(tokens))
+    np.testing.assert_allclose(np.asarray(got, np.float64), forward(model, tokens),
+                               rtol=2e-4, atol=2e-4)

@@ -44,11 +44,7 @@ def test_a_chunk_list_resolves_per_layer():
 @pytest.mark.parametrize("attention", ["dense", "blockwise"])
 @pytest.mark.parametrize("name", list(CASES))
 def test_model_matches_the_float64_reference(name, attention):
-    model = ref.randomized(config(attention=attention, block_size=4, **CASES[name]))
-    tokens = np.random.default_rng(1).integers(0, V, (2, 13))
-    got = nnx.jit(lambda m, t: m(t))(model, jnp.asarray(tokens))
-    np.testing.assert_allclose(np.asarray(got, np.float64), ref.forward(model, tokens),
-                               rtol=2e-4, atol=2e-4)
+    ref.assert_matches_forward(config(attention=attention, block_size=4, **CASES[name]), 13)
 
 
 @pytest.mark.parametrize("name", list(CASES))
