@@ -47,7 +47,7 @@ def model_config(**overrides) -> ml_collections.ConfigDict:
         "encoding_kwargs": ml_collections.ConfigDict(), "attention": backends.DENSE,
         "context_mode": "ring",
         "block_size": 512, "causal": True, "tie_embeddings": True, "dtype": "float32",
-        "param_dtype": "float32", "norm_eps": 1e-6, "scan_layers": False})
+        "param_dtype": "float32", "norm_eps": 1e-6, "scan_layers": False, "remat": "none"})
     model.update(overrides)
     return model
 
