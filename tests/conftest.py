@@ -1,21 +1,50 @@
-"""Strict mode for every test: 8 fake CPU devices and no implicit rank promotion.
+"""Strict mode for every test: 8 fake CPU devices and no implicit rank promotion; and one
+persistent compilation cache for the whole run.
 
 The device count must be set before JAX initialises its backends, so it is done here at
 import time, before any test module imports jax.
+
+The cache: JAX writes every program it compiles to `<checkout>/.jax_cache/` (ignored by git)
+and any later process with the same program reads it back instead of compiling. The settings
+go into the environment, so the pytest-xdist workers and every process a test starts (the
+benchmark smokes, `python -m train`, the study's workers, device_check.sh) share it.
+`POSENC_TEST_COMPILE_CACHE=0` turns it off; a JAX_COMPILATION_CACHE_DIR already set wins.
+Why a hit cannot make a failing test pass: JAX's key (jax/_src/cache_key.py) is a sha256 of
+the program's StableHLO (shapes, dtypes, shardings and constants included), the jax/jaxlib
+and backend versions, XLA_FLAGS, the serialized compile options (compiler_options such as
+`xla_backend_optimization_level`, the device assignment) and the devices' kind; the value is
+what XLA compiled from exactly that input. Programs with host callbacks are never written;
+an unreadable entry is a warning and a fresh compile. tests/test_compile_cache.py checks that
+different programs and different options never share an entry.
 """
 
 import os
+import pathlib
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 _flags = os.environ.get("XLA_FLAGS", "")
 if "xla_force_host_platform_device_count" not in _flags:
     os.environ["XLA_FLAGS"] = (_flags + " --xla_force_host_platform_device_count=8").strip()
+CACHE_ENV = {
+    "JAX_COMPILATION_CACHE_DIR": str(pathlib.Path(__file__).resolve().parents[1] / ".jax_cache"),
+    "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
+    "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0",
+}
+if os.environ.get("POSENC_TEST_COMPILE_CACHE", "1") != "0":
+    for _key, _value in CACHE_ENV.items():
+        os.environ.setdefault(_key, _value)
 
 import hypothesis
 import jax
 import pytest
 
 jax.config.update("jax_numpy_rank_promotion", "raise")
+if os.environ.get("POSENC_TEST_COMPILE_CACHE", "1") != "0":  # in case a plugin imported jax first
+    jax.config.update("jax_compilation_cache_dir", os.environ["JAX_COMPILATION_CACHE_DIR"])
+    jax.config.update("jax_persistent_cache_min_compile_time_secs",
+                      float(os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"]))
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes",
+                      int(os.environ["JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES"]))
 
 hypothesis.settings.register_profile(
     "default", max_examples=25, deadline=None, print_blob=True,
