@@ -15,7 +15,9 @@ and backend versions, XLA_FLAGS, the serialized compile options (compiler_option
 `xla_backend_optimization_level`, the device assignment) and the devices' kind; the value is
 what XLA compiled from exactly that input. Programs with host callbacks are never written;
 an unreadable entry is a warning and a fresh compile. tests/test_compile_cache.py checks that
-different programs and different options never share an entry.
+different programs and different options never share an entry. One visible difference: a
+read-back executable's `as_text()` lacks the stack-frame lines (source file and line of each
+op); no test reads a compiled program's text (tests read lowered text, which is not cached).
 """
 
 import os
