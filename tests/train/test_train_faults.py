@@ -128,8 +128,9 @@ def data_dir(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def xla_cache(tmp_path_factory):
-    """One persistent compilation cache for every subprocess of this module."""
-    return tmp_path_factory.mktemp("xla_cache")
+    """One persistent compilation cache for every subprocess of this module: the suite's
+    (tests/conftest.py), so a later run reads it back, else a folder of this module's."""
+    return os.environ.get("JAX_COMPILATION_CACHE_DIR") or tmp_path_factory.mktemp("xla_cache")
 
 
 KILL_RUN = {"num_train_steps": 160, "checkpoint_every_steps": 20}
