@@ -34,9 +34,10 @@ import jax
 from jax.experimental import multihost_utils
 
 from train import checkpoint as ckpt_lib
-from train import config_check, data, sharding
+from train import config_check, data, from_checkpoint, sharding
 from train import metrics as metrics_lib
 from train.evaluation import evaluate, evaluate_params, load_model  # noqa: F401 (public API)
+from train.datasets.tokenized import check_vocabulary
 from train.runtime import Runtime
 from train.workdir_lock import WorkdirBusyError, WorkdirError, WorkdirLock, checked_workdir
 
@@ -117,14 +118,16 @@ def _finite_or_raise(step: int, values: dict, ckpt: ckpt_lib.Checkpointer) -> di
     return host
 
 
-def _eval_all(config, setup, params, *, stream, runtime) -> dict[str, float]:
+def _eval_all(config, setup, state, *, stream, runtime) -> dict[str, float]:
     out = {}
+    params = setup.full_params(state)
     for length in config.eval.lengths:
         result = evaluate_params(
             setup.graphdef, params, stream, seq_len=int(length),
             num_tokens=int(config.eval.num_tokens),
             batch_size=int(config.eval.get("batch_size") or config.batch_size), mesh=setup.mesh,
-            rules=setup.rules, packed=config.dataset.packed, runtime=runtime)
+            rules=setup.rules, packed=config.dataset.packed, runtime=runtime,
+            chunk=int(config.get("loss_chunk", 0) or 0))
         out[f"eval/{length}/loss"] = result["loss"]
         out[f"eval/{length}/ppl"] = result["ppl"]
     return out
@@ -171,9 +174,14 @@ def train_and_evaluate(config, workdir: str, *, devices=None,
 def _train(config, workdir: str, preemption: _Preemption, mesh, runtime: Runtime,
            progress: bool = True) -> dict[str, Any]:
     setup = runtime.setup(config, mesh)
-    stream = runtime.stream(config.dataset, config.dataset.train_split)
-    eval_stream = (runtime.stream(config.dataset, config.dataset.eval_split)
-                   if config.eval.lengths else None)
+    tokenizer = None
+    if config.dataset.get("tokenizer", "bytes") == "checkpoint":
+        tokenizer = from_checkpoint.tokenizer(config)
+        check_vocabulary(tokenizer, setup.model_config.vocab_size,
+                         where=f"config.init.checkpoint={from_checkpoint.checkpoint_path(config)}")
+    stream = runtime.stream(config.dataset, config.dataset.train_split, tokenizer=tokenizer)
+    eval_stream = (runtime.stream(config.dataset, config.dataset.eval_split,
+                                  tokenizer=tokenizer) if config.eval.lengths else None)
     ckpt = ckpt_lib.Checkpointer(os.path.join(workdir, CHECKPOINT_DIR),
                                  max_to_keep=config.checkpoints_to_keep,
                                  async_save=config.get("async_checkpointing", True))
@@ -197,7 +205,7 @@ def _train(config, workdir: str, preemption: _Preemption, mesh, runtime: Runtime
         ckpt.wait()
         if eval_stream is not None and not result["preempted"] and not any(
                 k.startswith("eval/") for k in result):
-            result.update(_eval_all(config, setup, state["params"], stream=eval_stream,
+            result.update(_eval_all(config, setup, state, stream=eval_stream,
                                     runtime=runtime))
         return result
     finally:
@@ -214,7 +222,8 @@ def _loop(config, setup, state, start, *, stream, eval_stream, ckpt, logger, pre
             "data": {"name": config.dataset.name, "identity": stream.identity}}
     row_index, row_count = sharding.local_rows(mesh, batch)
     train_step = runtime.train_step(setup, packed=config.dataset.packed,
-                                    accum_steps=config.get("grad_accum_steps", 1))
+                                    accum_steps=config.get("grad_accum_steps", 1),
+                                    chunk=int(config.get("loss_chunk", 0) or 0))
     eval_every = config.get("eval_every_steps", 0) or 0
     result: dict[str, Any] = {"step": start, "preempted": False}
     pending = None
@@ -248,7 +257,7 @@ def _loop(config, setup, state, start, *, stream, eval_stream, ckpt, logger, pre
         if done > timer_step:
             record["tokens_per_sec"] = (done - timer_step) * batch * length / (now - timer_t)
         if run_eval:
-            record.update(_eval_all(config, setup, state["params"], stream=eval_stream,
+            record.update(_eval_all(config, setup, state, stream=eval_stream,
                                     runtime=runtime))
         if log or run_eval:
             logger.write(record)
