@@ -7,6 +7,11 @@ its embeddings by sqrt(E) and so exports as model_type "gemma" (SwiGLU: hidden_a
 `max_position_embeddings` is the run's `seq_len` unless its RoPE names one. A model no
 transformers family can express (ALiBi, T5, KERPLE, FIRE, CoPE, sinusoidal, ...) is refused
 with one line naming the part, and nothing is written.
+
+A run that started from a pretrained checkpoint (`config.init.checkpoint`) exports as that
+checkpoint's family, with its config.json's token ids and the run's RoPE (the new
+`rope_scaling`, and the max_position_embeddings it implies), its LoRA adapters merged into
+the weights, and the checkpoint's tokenizer files.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ import jax
 from absl import app, flags, logging
 
 from posenc_jax.pretrained.save import save
-from train import sharding
+from train import from_checkpoint, sharding
 from train.evaluation import load_model
 
 FLAGS = flags.FLAGS
@@ -34,8 +39,13 @@ def export(workdir: str, out: str, *, step: int | None = None, model_type: str |
     """Writes the run's model to `out` (see the module docstring); returns the files."""
     mesh = sharding.make_mesh({"data": -1}, devices=jax.devices()[:1])  # one host device
     model, config = load_model(workdir, step=step, mesh=mesh)
-    base = {"max_position_embeddings": int(config.seq_len)}
-    return save(model, out, model_type=model_type, hf_config_base=base,
+    base, tokenizer = {"max_position_embeddings": int(config.seq_len)}, None
+    if from_checkpoint.checkpoint_path(config):
+        _, base = from_checkpoint.model_config(config)
+        model_type = model_type or from_checkpoint.model_type(config)
+        if config.dataset.get("tokenizer") == "checkpoint":
+            tokenizer = from_checkpoint.tokenizer(config)
+    return save(model, out, model_type=model_type, hf_config_base=base, tokenizer=tokenizer,
                 max_shard_bytes=max_shard_bytes)
 
 

@@ -10,7 +10,9 @@ Config block `init`:
   rope_scaling   '' (the checkpoint's own), a Hugging Face rope_scaling dict written as a
                  Python / JSON literal ("{'rope_type': 'yarn', 'factor': 2.0, ...}"), or
                  "METHOD:FACTOR" ("yarn:4"): the registry's stretch rule
-                 (`rope_scaling.stretch`) from the checkpoint's max_position_embeddings
+                 (`rope_scaling.stretch`) from the checkpoint's max_position_embeddings;
+                 a stretch to factor x original also sets max_position_embeddings to that
+                 length (`with_new_context`), as a long-context checkpoint's config.json does
 
 The architecture comes from the checkpoint (`posenc_jax.pretrained`'s family records). A
 `config.model` key left None takes the checkpoint's value; one that is set must agree with it
@@ -107,6 +109,20 @@ def rope_scaling(config, hf: dict) -> dict | None:
     return value
 
 
+def with_new_context(hf: dict, scaling: dict | None) -> dict:
+    """`hf` with max_position_embeddings = factor x original when `scaling` stretches RoPE
+    to a longer context (YaRN, LongRoPE, Llama 3 name both): the fine-tuned model's new
+    length, which transformers reads YaRN's attention factor from."""
+    if not scaling or not all(k in scaling for k in ("factor", "original_max_position_embeddings")):
+        return hf
+    if scaling.get("rope_type") not in ("yarn", "longrope", "llama3"):
+        return hf
+    target = hf["text_config"] if isinstance(hf.get("text_config"), dict) else hf
+    target["max_position_embeddings"] = round(float(scaling["factor"]) *
+                                              int(scaling["original_max_position_embeddings"]))
+    return hf
+
+
 def _model_block(config) -> dict:
     model = config.get("model")
     return dict(model.to_dict() if hasattr(model, "to_dict") else (model or {}))
@@ -116,7 +132,8 @@ def model_config(config) -> tuple[TransformerConfig, dict]:
     """(the TransformerConfig, the config.json dict with the new scaling) of the checkpoint
     with `config.model`'s fine-tune keys applied; ValueError for a contradicting key."""
     ckpt = open_source(config)
-    hf = with_rope_scaling(ckpt.config, rope_scaling(config, ckpt.config))
+    scaling = rope_scaling(config, ckpt.config)
+    hf = with_new_context(with_rope_scaling(ckpt.config, scaling), scaling)
     kwargs = config_kwargs(hf, where=ckpt.path)
     fields = {f.name for f in dataclasses.fields(TransformerConfig)}
     block = {k: v for k, v in _model_block(config).items() if v is not None}
