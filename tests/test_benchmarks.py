@@ -47,6 +47,8 @@ SMOKE = [
           slow=True),
     Smoke("kernel_device.py", ("--smoke",), ("kernel/smollm2/D=64", "gemma3_sliding/L=64"),
           slow=True),
+    Smoke("finetune_memory.py", ("--smoke",),
+          ("| 64 | none | chunked |", "| 64 | none | full |", "LoRA remat=none:"), slow=True),
     Smoke("pretrained_forward.py", ("--smoke",),
           ("ours: pretrained.load", "torch side NOT run", "x torch = ours / torch")),
 ]

@@ -98,7 +98,7 @@ def make_train_step(setup: TrainSetup, *, packed: bool = False, accum_steps: int
     grad_norm, learning_rate (of this update), weight (the number of scored targets).
     `chunk`: the loss chunk (module docstring). Frozen params pass through unchanged.
     A new function on every call (compiled on first use); `train.runtime.Runtime.train_step`
-    keeps them for reuse."""
+    keeps them for reuse. `step.lower(state, batch)` lowers it (ShapeDtypeStructs will do)."""
 
     def train_step(state, batch):
         params = state["params"]
@@ -122,6 +122,11 @@ def make_train_step(setup: TrainSetup, *, packed: bool = False, accum_steps: int
         with setup.context():
             return jitted(state, {k: batch[k] for k in BATCH_KEYS})
 
+    def lower(state, batch):  # for compiled memory analysis (benchmarks/finetune_memory.py)
+        with setup.context():
+            return jitted.lower(state, {k: batch[k] for k in BATCH_KEYS})
+
+    step.lower = lower
     return step
 
 
