@@ -22,8 +22,11 @@ Keys beyond configs/default.py's:
   lora.*              enabled, rank, alpha, targets, train_norms, train_embeddings (LongLoRA:
                       both True); see train/trainable.py
   loss_chunk          positions per chunk of the loss (0: full [B, L, V] logits)
-  eval.buckets        perplexity by position bucket over the first eval window of each eval
-                      length (`train.extension_eval`); eval.passkey_lengths: passkey accuracy
+  eval.extension.*    the extension study's measures with every evaluation and a before /
+                      after report (extension_report.md): perplexity by position bucket over
+                      the first `length` held-out tokens (0: seq_len; buckets of C = `context`,
+                      0: the checkpoint's), passkey accuracy at `passkey_lengths`; see
+                      train/extension_eval.py
 """
 
 import ml_collections
@@ -68,4 +71,7 @@ def get_config() -> ml_collections.ConfigDict:
         "train_norms": False, "train_embeddings": False})
     config.eval.lengths = (2048,)
     config.eval.num_tokens = 16384
+    config.eval.extension = ml_collections.ConfigDict({
+        "enabled": False, "length": 0, "context": 0, "passkey_lengths": (1024,),
+        "passkey_depths": (0.5,), "passkey_digits": 5, "passkey_seed": 0})
     return config

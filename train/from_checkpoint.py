@@ -180,6 +180,14 @@ def tokenizer(config) -> Tokenizer:
     return Tokenizer.from_gguf(open_source(config))
 
 
+def original_context(config) -> int | None:
+    """The checkpoint's own context length (its RoPE's original, else max_position_embeddings)."""
+    flat, _, _ = resolve(open_source(config).config)
+    old = flat.get("rope_scaling") or {}
+    value = old.get("original_max_position_embeddings") or flat.get("max_position_embeddings")
+    return None if value is None else int(value)
+
+
 def model_type(config) -> str:
     """The checkpoint's model_type (what `python -m train.export` writes back)."""
     flat, model_type_, _ = resolve(open_source(config).config)

@@ -108,10 +108,14 @@ def test_chunked_loss_gives_the_full_loss_steps(data_dir, tmp_path):
 
 @pytest.fixture(scope="module")
 def lora_run(data_dir, tmp_path_factory):
-    """Three LoRA steps (rank 4, LongLoRA's trainable norms) from the tiny llama with YaRN x2."""
+    """Three LoRA steps (rank 4, LongLoRA's trainable norms) from the tiny llama with YaRN x2,
+    measured as the extension study measures (buckets over 128 tokens, passkey at 256)."""
     workdir = tmp_path_factory.mktemp("lora")
     config = ft_config(data_dir, **{"lora.enabled": True, "lora.rank": 4,
-                                    "lora.train_norms": True, "init.rope_scaling": "yarn:2"})
+                                    "lora.train_norms": True, "init.rope_scaling": "yarn:2",
+                                    "eval.extension.enabled": True,
+                                    "eval.extension.length": 128,
+                                    "eval.extension.passkey_lengths": (256,)})
     trainer.train_and_evaluate(config, str(workdir), devices=jax.devices()[:1], progress=False)
     return config, workdir
 
@@ -139,6 +143,20 @@ def test_lora_leaves_the_base_bit_identical(lora_run):
     moments = jax.tree.leaves(final["opt_state"])
     assert sum(x.size for x in moments) < 3 * sum(x.size for x in jax.tree.leaves(
         final["params"])) + 16  # state only for what trains (mu, nu, count)
+
+
+def test_extension_measures_are_logged_and_reported(lora_run):
+    _, workdir = lora_run
+    last = json.loads((workdir / "metrics.jsonl").read_text().splitlines()[-1])
+    buckets = ["extend/ppl/0-16", "extend/ppl/16-32", "extend/ppl/32-64", "extend/ppl/64-128"]
+    for key in (*buckets, "extend/ppl", "extend/passkey/256"):
+        assert np.isfinite(last.get(key, np.nan)), (key, sorted(last))
+    report = json.loads((workdir / "extension_report.json").read_text())
+    assert set(report["before"]) == set(report["after"]) == {*buckets, "extend/ppl",
+                                                             "extend/passkey/256"}
+    assert report["before"]["extend/ppl"] != report["after"]["extend/ppl"]  # it trained
+    table = (workdir / "extension_report.md").read_text()
+    assert "| extend/ppl/64-128 |" in table and "before / after" in table
 
 
 def test_lora_export_is_merged_with_the_new_rope_scaling(lora_run, tmp_path):
