@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import importlib.util
 import json
 import os
 import pathlib
@@ -37,6 +36,7 @@ import jax.numpy as jnp
 from posenc_jax.model.config import TransformerConfig
 from train import sharding, state, trainer
 from train import step as step_lib
+from train.extend import finetune
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 SMOLLM2 = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -45,11 +45,7 @@ HAS_REMAT = "remat" in {f.name for f in dataclasses.fields(TransformerConfig)}
 
 
 def base_config(checkpoint: str, *, length: int, remat: str, chunk: int, lora: bool):
-    spec = importlib.util.spec_from_file_location("cfg_ft", ROOT / "configs" /
-                                                  "extend_finetune.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    config = module.get_config()
+    config = finetune.base_config()
     config.init.checkpoint = checkpoint
     config.seq_len, config.batch_size, config.loss_chunk = length, 1, chunk
     config.model.attention, config.model.block_size = "blockwise", min(512, length)

@@ -21,7 +21,6 @@ loaded export's logits with these.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import pathlib
@@ -32,24 +31,17 @@ import numpy as np
 import torch
 import transformers
 
+import finetune_golden_run as run
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 OUT = ROOT / "tests" / "data" / "pretrained" / "finetune"
 COLUMNS = 1024
-
-
-def _run_module():
-    spec = importlib.util.spec_from_file_location("finetune_golden_run",
-                                                  ROOT / "scripts" / "finetune_golden_run.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--python", default=str(ROOT / ".venv" / "bin" / "python"))
     args = parser.parse_args()
-    run = _run_module()
     with tempfile.TemporaryDirectory() as tmp:
         workdir, export = f"{tmp}/run", f"{tmp}/hf"
         env = {"PYTHONPATH": str(ROOT), "JAX_PLATFORMS": "cpu",

@@ -12,7 +12,6 @@ the tiny checkpoints of tests/data/pretrained/tiny.
   missing checkpoint, a tokenizer that is not the model's, an unknown LoRA target.
 """
 
-import importlib.util
 import json
 import pathlib
 import shutil
@@ -25,6 +24,7 @@ import pytest
 from posenc_jax import pretrained
 from train import checkpoint, export, from_checkpoint, sharding, state, trainer
 from train.evaluation import load_model
+from train.extend import finetune
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 TINY = ROOT / "tests" / "data" / "pretrained" / "tiny"
@@ -39,11 +39,7 @@ MESH = {"data": 2, "context": 2, "fsdp": 2, "tensor": 1}
 def ft_config(data_dir, family="llama", **overrides):
     """configs/extend_finetune.py on a tiny checkpoint: 3 steps of 4 x 32 tokens, every step
     logged, no eval (the bytes tokenizer for checkpoints without tokenizer.json)."""
-    spec = importlib.util.spec_from_file_location("cfg_ft", ROOT / "configs" /
-                                                  "extend_finetune.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    config = module.get_config()
+    config = finetune.base_config()
     config.init.checkpoint = str(TINY / family)
     config.num_train_steps, config.batch_size, config.seq_len = 3, 4, 32
     config.learning_rate, config.warmup_steps, config.log_every_steps = 1e-2, 0, 1
