@@ -15,6 +15,10 @@ Sources (`get_source`), each split a random-access sequence of documents (uint8 
 Built-in datasets live under data_dir (default $POSENC_DATA_DIR or ~/.cache/posenc_jax/tfds);
 for TFDS names data_dir=None means TFDS's default ($TFDS_DATA_DIR or ~/tensorflow_datasets).
 
+A pretrained model reads the same sources through its own tokenizer (`config_stream(...,
+tokenizer=...)`, `train.datasets.tokenized`): the stream then holds int32 token ids, documents
+joined by EOS (`dataset.eos_join`) or, with `packed`, kept apart by segment ids.
+
 Batches are dicts of numpy arrays, the same for every reader:
   inputs int32 [B_local, L]       tokens t[o : o+L] of a window starting at o
   targets int32 [B_local, L]      the next tokens t[o+1 : o+L+1]

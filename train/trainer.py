@@ -12,6 +12,13 @@ The batch of index s is `data.train_batch(stream, step=s, ...)`, a pure function
 (seed, s): a run resumed from step S sees exactly the batches of an uninterrupted run, so
 its parameters end bit-identical (on CPU, same mesh).
 
+Starting point: random weights from `config.model`, or a pretrained checkpoint
+(`config.init.checkpoint`: `train.from_checkpoint`, the architecture from the checkpoint);
+what trains: everything or LoRA adapters (`config.lora`: `train.trainable`); text read through
+the checkpoint's tokenizer with `config.dataset.tokenizer='checkpoint'`; the loss chunked with
+`config.loss_chunk`; the extension study's measures with `config.eval.extension`
+(`train.extension_eval`). configs/extend_finetune.py sets all of these up.
+
 Faults: SIGTERM (or the JAX preemption notice on several hosts) -> a checkpoint at the next
 step boundary, then a normal return with `preempted=True`. A non-finite loss or gradient
 norm -> `NonFiniteLossError` naming the step; the state it produced is never saved, so the
