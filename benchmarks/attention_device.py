@@ -15,7 +15,7 @@ hides the other cells. Times are medians of `--iters` runs after one warm-up run
 speed is claimed from a CPU run.
 
 Methods: kernel (attention="pallas"; RoPE rotated in-kernel, ALiBi/T5 bias in-kernel),
-cudnn_bias (dense_backend="cudnn" with the scheme's [B, H, L, L] bias materialised: ALiBi,
+cudnn_bias (attention="cudnn" with the scheme's [B, H, L, L] bias materialised: ALiBi,
 T5), cudnn (no bias: RoPE, cuDNN's own causal mask), blockwise (pure-JAX online softmax).
 """
 
@@ -34,11 +34,11 @@ from posenc_jax.model.attention import attend, rotates_inside
 
 __all__ = ["CELLS", "run"]
 
-# (method, encoding, implementation, dense_backend)
-CELLS = (("kernel", "rope", "pallas", None), ("kernel", "alibi", "pallas", None),
-         ("kernel", "t5", "pallas", None), ("cudnn", "rope", "dense", "cudnn"),
-         ("cudnn_bias", "alibi", "dense", "cudnn"), ("cudnn_bias", "t5", "dense", "cudnn"),
-         ("blockwise", "rope", "blockwise", None), ("blockwise", "alibi", "blockwise", None))
+# (method, encoding, implementation)
+CELLS = (("kernel", "rope", "pallas"), ("kernel", "alibi", "pallas"), ("kernel", "t5", "pallas"),
+         ("cudnn", "rope", "cudnn"), ("cudnn_bias", "alibi", "cudnn"),
+         ("cudnn_bias", "t5", "cudnn"), ("blockwise", "rope", "blockwise"),
+         ("blockwise", "alibi", "blockwise"))
 
 
 def _encoding(name: str, heads: int, head_dim: int):
@@ -46,7 +46,7 @@ def _encoding(name: str, heads: int, head_dim: int):
                      head_dim=head_dim)
 
 
-def _functions(enc, impl, backend, block):
+def _functions(enc, impl, block):
     """(fwd, fwd+bwd) jitted functions of (q, k, v, params) for one cell."""
     raw = rotates_inside(enc, impl)
 
@@ -55,8 +55,7 @@ def _functions(enc, impl, backend, block):
         if not raw and "rotate" in enc.hooks:
             q, k = enc.rotate(params, q, k, pos, pos)
         return attend(q, k, v, encoding=enc, params=params, q_positions=pos, k_positions=pos,
-                      causal=True, implementation=impl, dense_backend=backend,
-                      block_q=block, block_k=block, rotated=not raw)
+                      causal=True, implementation=impl, block_q=block, block_k=block, rotated=not raw)
 
     def loss(q, k, v, params):
         return jnp.sum(fwd(q, k, v, params).astype(jnp.float32))
@@ -81,7 +80,7 @@ def _memory(compiled) -> int | None:
     return int(m.argument_size_in_bytes + m.output_size_in_bytes + m.temp_size_in_bytes)
 
 
-def _cell(method, name, impl, backend, *, length, batch, heads, kv_heads, head_dim, dtype,
+def _cell(method, name, impl, *, length, batch, heads, kv_heads, head_dim, dtype,
           iters, block):
     row = {"method": method, "encoding": name, "L": length, "B": batch, "fwd_ms": None,
            "fwd_bwd_ms": None, "fwd_mem_bytes": None, "fwd_bwd_mem_bytes": None, "error": None}
@@ -92,7 +91,7 @@ def _cell(method, name, impl, backend, *, length, batch, heads, kv_heads, head_d
         k = jax.random.normal(keys[1], (batch, length, kv_heads, head_dim), dtype)
         v = jax.random.normal(keys[2], (batch, length, kv_heads, head_dim), dtype)
         args = (q, k, v, enc.init(keys[3]))
-        for tag, fn in zip(("fwd", "fwd_bwd"), _functions(enc, impl, backend, block)):
+        for tag, fn in zip(("fwd", "fwd_bwd"), _functions(enc, impl, block)):
             compiled = fn.lower(*args).compile()
             row[f"{tag}_mem_bytes"] = _memory(compiled)
             row[f"{tag}_ms"] = _time(compiled, args, iters)
@@ -114,8 +113,8 @@ def run(*, smoke: bool = False, lengths=None, tokens: int | None = None, heads: 
               "dtype": dtype, "causal": True, "iters": iters, "lengths": list(lengths)}
     rows = []
     for length in lengths:
-        for method, name, impl, backend in cells:
-            row = _cell(method, name, impl, backend, length=length,
+        for method, name, impl in cells:
+            row = _cell(method, name, impl, length=length,
                         batch=max(1, tokens // length), heads=heads, kv_heads=kv_heads,
                         head_dim=head_dim, dtype=jnp.dtype(dtype), iters=iters,
                         block=64 if smoke else 512)

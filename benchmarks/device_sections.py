@@ -74,12 +74,12 @@ def attention_fns(h: int, block: int) -> dict[str, Callable | str]:
     alibi = enc_base.get("alibi", num_heads=h)
     on_gpu = jax.devices()[0].platform == "gpu"
 
-    def ours(impl, backend=None):
+    def ours(impl):
         def f(q, k, v):
             pos = jnp.arange(q.shape[1], dtype=jnp.int32)
             return attention_lib.attend(q, k, v, encoding=alibi, params={}, q_positions=pos,
                                         k_positions=pos, causal=True, implementation=impl,
-                                        block_q=block, block_k=block, dense_backend=backend)
+                                        block_q=block, block_k=block)
         return f
 
     def cudnn_no_bias(q, k, v):
@@ -87,12 +87,12 @@ def attention_fns(h: int, block: int) -> dict[str, Callable | str]:
 
     no_gpu = "needs a GPU (cuDNN)"
     return {  # the order entries run in: the cheap references first
-        "xla-dense+alibi": ours("dense", "xla"),
+        "xla-dense+alibi": ours("dense"),
         "blockwise+alibi": ours("blockwise"),
         "pallas+alibi": ours("pallas") if has_pallas() else
         "not available: this checkout has no attention='pallas' (issue 11)",
         "cudnn(no bias)": cudnn_no_bias if on_gpu else no_gpu,
-        "cudnn+alibi(materialised)": ours("dense", "cudnn") if on_gpu else no_gpu,
+        "cudnn+alibi(materialised)": ours("cudnn") if on_gpu else no_gpu,
     }
 
 
@@ -189,7 +189,7 @@ def train(shapes: dict, out: Out, deadline: float) -> None:
     out("matmul_bf16_TFLOPs", peak / 1e12)
     on_gpu = jax.devices()[0].platform == "gpu"
     variants = {"cudnn-dense" if on_gpu else "xla-dense":
-                {"attention": "dense", "dense_backend": "cudnn" if on_gpu else None}}
+                {"attention": "cudnn" if on_gpu else "dense"}}
     variants["pallas"] = {"attention": "pallas"} if has_pallas() else None
     for name, over in variants.items():
         if over is None:

@@ -1,11 +1,11 @@
 """Memory of a fine-tune's train step by sequence length, remat policy and loss; tokens/s.
 
     python benchmarks/finetune_memory.py [--checkpoint=PATH] [--lengths=4096,8192,16384,32768]
-    python benchmarks/finetune_memory.py --smoke       # the tiny llama checkpoint at 64 tokens
+    python benchmarks/finetune_memory.py --smoke       # tiny llama, 64 tokens, none / block
 
 Part 1 compiles (never runs) the train step of `configs/extend_finetune.py` on the checkpoint
 (SmolLM2-135M from $POSENC_PRETRAINED_DIR by default) for one sequence of each length, for each
-remat policy of the model (`TransformerConfig.remat`, when this checkout has it) and for the
+remat policy of the model (`TransformerConfig.remat`: `posenc_jax.model.remat`) and for the
 chunked loss (`loss_chunk` 1024) against the full [B, L, V] logits (0), with
 `jax.ShapeDtypeStruct` arguments, and prints XLA's `memory_analysis()`: temporaries (what the
 step allocates beyond its arguments and outputs), arguments (state + batch) and outputs. Only
@@ -22,7 +22,6 @@ remat where available: the median of `--steps` steps after one compiling step.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import os
 import pathlib
@@ -33,7 +32,6 @@ import time
 import jax
 import jax.numpy as jnp
 
-from posenc_jax.model.config import TransformerConfig
 from train import sharding, state, trainer
 from train import step as step_lib
 from train.extend import finetune
@@ -41,7 +39,6 @@ from train.extend import finetune
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 SMOLLM2 = "SmolLM2-135M-Instruct.Q4_1.gguf"
 TINY = ROOT / "tests" / "data" / "pretrained" / "tiny" / "llama"
-HAS_REMAT = "remat" in {f.name for f in dataclasses.fields(TransformerConfig)}
 
 
 def base_config(checkpoint: str, *, length: int, remat: str, chunk: int, lora: bool):
@@ -50,8 +47,7 @@ def base_config(checkpoint: str, *, length: int, remat: str, chunk: int, lora: b
     config.seq_len, config.batch_size, config.loss_chunk = length, 1, chunk
     config.model.attention, config.model.block_size = "blockwise", min(512, length)
     config.model.scan_layers = True
-    if HAS_REMAT:
-        config.model.remat = remat
+    config.model.remat = remat
     config.lora.enabled = lora
     config.mesh.update({"data": 1, "fsdp": 1, "context": 1, "tensor": 1})
     return config
@@ -95,7 +91,7 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--checkpoint", default="")
     parser.add_argument("--lengths", default="4096,8192,16384,32768")
-    parser.add_argument("--remat", default="none,block,dots")
+    parser.add_argument("--remat", default="none,block,dots,attention")
     parser.add_argument("--throughput_len", type=int, default=2048)
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--smoke", action="store_true")
@@ -105,9 +101,7 @@ def main(argv=None) -> None:
     lengths = [int(x) for x in args.lengths.split(",")]
     if args.smoke:
         checkpoint, lengths, args.throughput_len, args.steps = str(TINY), [64], 64, 1
-    policies = [p for p in args.remat.split(",") if HAS_REMAT or p == "none"]
-    if not HAS_REMAT:
-        print("remat: this checkout's TransformerConfig has no `remat` key; policy 'none' only")
+    policies = ["none", "block"] if args.smoke else args.remat.split(",")
     print(f"checkpoint {checkpoint}; jax {jax.__version__} on {jax.devices()[0].platform}")
     print("| tokens | remat | loss | temp GB | args GB | out GB | compile s |")
     print("|---|---|---|---|---|---|---|")
@@ -120,7 +114,7 @@ def main(argv=None) -> None:
                       f"{m['compile_s']:.1f} |", flush=True)
     print(f"\ntokens/s at {args.throughput_len} tokens (batch 1, chunked loss):")
     for lora in (False, True):
-        for remat in policies[:2]:
+        for remat in ("none",) if args.smoke else ("none", "block"):
             with tempfile.TemporaryDirectory() as workdir:
                 rate = throughput(checkpoint, length=args.throughput_len, remat=remat,
                                   lora=lora, steps=args.steps, workdir=workdir)

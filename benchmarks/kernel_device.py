@@ -1,7 +1,9 @@
 """The kernel section of the prepared device run (`benchmarks/device_check.py`, section
 "kernel"): the Pallas kernel at the head dims of SmolLM2 (64), Phi-3 (96) and Gemma 3 (256),
-Gemma 3's sliding-window layers (window 512) against full attention at 32k, and a sweep of
-the GPU block sizes.
+Gemma 3's sliding-window layers (window 512) against full attention at 32k, gpt-oss's learned
+sinks (64 heads over 8, D = 64; window 128 and full) and Llama 4's chunked layers (40 heads
+over 8, D = 128, chunk 8192) against full attention at 32k, and a sweep of the GPU block
+sizes.
 
 Each entry: forward and forward+backward times (`device_sections.timed`: median after a
 compile and a warm-up), attention TFLOP/s counted as causal (half of 4 B H L^2 D forward,
@@ -34,6 +36,11 @@ FULL = {"dims": {"smollm2": (64, 9, 3), "phi3": (96, 32, 32), "gemma3": (256, 4,
 SMOKE = {"dims": {"smollm2": (64, 2, 1), "phi3": (96, 2, 2), "gemma3": (256, 2, 1)},
          "length": 32, "check_length": 32, "window_length": 64, "window": 16,
          "sweep_dim": 32, "sweep": [(16, 16, 4)], "reps": 1}
+# Issue 31's layers at 32k: (name, (D, H, K), attend kwargs -> keys each query sees).
+FULL["new"] = {"length": 32768, "gpt_oss": (64, 64, 8), "sink_window": 128,
+               "llama4": (128, 40, 8), "chunk": 8192}
+SMOKE["new"] = {"length": 64, "gpt_oss": (64, 4, 2), "sink_window": 8, "llama4": (32, 4, 2),
+                "chunk": 16}
 
 
 def _inputs(length, h, kv, d, dtype=jnp.bfloat16):
@@ -43,7 +50,8 @@ def _inputs(length, h, kv, d, dtype=jnp.bfloat16):
             jax.random.normal(ks[2], (1, length, kv, d)).astype(dtype))
 
 
-def _kernel(d, window=None, blocks=None):
+def _kernel(d, window=None, blocks=None, **local):
+    """(f(q, k, v) with the kernel, the rope encoding); `local`: chunk_size, sinks."""
     enc = enc_base.get("rope", head_dim=d)
     rotation = enc.kernel_rotation({})
 
@@ -51,7 +59,7 @@ def _kernel(d, window=None, blocks=None):
         pos = jnp.arange(q.shape[1], dtype=jnp.int32)[None]
         return flash_attention(q, k, v, encoding=enc, params={}, q_positions=pos,
                                k_positions=pos, causal=True, rotation=rotation, window=window,
-                               blocks=blocks, block_q=16, block_k=16)
+                               blocks=blocks, block_q=16, block_k=16, **local)
     return f, enc
 
 
@@ -65,6 +73,30 @@ def _dense(enc, q, k, v, window=None):
     rep = jnp.repeat(k, h // k.shape[2], 2), jnp.repeat(v, h // v.shape[2], 2)
     return jax.nn.dot_product_attention(q, *rep, is_causal=True, implementation="xla",
                                         local_window_size=(window - 1, 0))
+
+
+def _reference(enc, q, k, v, **local):
+    """Dense XLA attention (float32) with the window / chunk / sinks of `local`."""
+    pos = jnp.arange(q.shape[1], dtype=jnp.int32)
+    q, k = enc.rotate({}, q, k, pos, pos)
+    return attention_lib.attend(q, k, v, encoding=enc, params={}, q_positions=pos,
+                                k_positions=pos, causal=True, implementation="dense", **local)
+
+
+def _new_layers(new: dict, check_length: int) -> list:
+    """(entry name, (L, H, K, D), kernel kwargs, keys each query sees) of issue 31's layers."""
+    length, w, c = new["length"], new["sink_window"], new["chunk"]
+    d, h, kv = new["gpt_oss"]
+    sinks = jnp.linspace(-1.0, 1.0, h, dtype=jnp.float32)
+    rows = [(f"gpt_oss_sinks/L={length}/window={w}+sinks", (length, h, kv, d),
+             {"window": w, "sinks": sinks}, min(w, length)),
+            (f"gpt_oss_sinks/L={length}/full+sinks", (length, h, kv, d), {"sinks": sinks},
+             length / 2)]
+    d, h, kv = new["llama4"]
+    rows += [(f"llama4_chunked/L={length}/chunk={c}", (length, h, kv, d), {"chunk_size": c},
+              min(c, length) / 2),
+             (f"llama4_chunked/L={length}/full", (length, h, kv, d), {}, length / 2)]
+    return [(name, shape, kw, keys, check_length) for name, shape, kw, keys in rows]
 
 
 def _fwd_bwd(fn):
@@ -118,6 +150,18 @@ def run(shapes: dict, out, deadline: float) -> None:
             row = _row(fn, (length, h, kv, d), reps, 4 * h * length * keys * d)
             return {**row, "max_err_f32_vs_dense": err, "window": win}
         entry(f"gemma3_sliding/L={length}/{name}", make)
+
+    for name, shape, kw, keys, n in _new_layers(shapes["new"], shapes["check_length"]):
+        def make(shape=shape, kw=kw, keys=keys, n=n):
+            length, h, kv, d = shape
+            fn, enc = _kernel(d, **kw)
+            check = {**kw, **({"chunk_size": max(n // 4, 1)} if "chunk_size" in kw else {})}
+            q, k, v = _inputs(n, h, kv, d, jnp.float32)     # checked with chunks inside n
+            err = float(jnp.max(jnp.abs(jax.jit(_kernel(d, **check)[0])(q, k, v)
+                                        - _reference(enc, q, k, v, **check))))
+            row = _row(fn, shape, reps, 4 * h * length * keys * d)
+            return {**row, "max_err_f32_vs_dense": err, "settings": sorted(kw)}
+        entry(name, make)
 
     d = shapes["sweep_dim"]
     for bq, bk, warps in shapes["sweep"]:

@@ -39,6 +39,7 @@ import numpy as np
 from train import data, sharding, xla_flags
 from train import state as state_lib
 from train import step as step_lib
+from train.engine import flops
 
 
 def load_config(path: str, overrides: list[str]):
@@ -82,7 +83,8 @@ def model_flops_per_token(setup, seq_len: int) -> tuple[float, int, int]:
     table = sum(math.prod(x.shape) for path, x in leaves
                 if any(getattr(k, "key", None) in ("pe", "input_pe") for k in path))
     matmul -= table
-    attention = 12 * cfg.num_layers * cfg.num_heads * cfg.head_dim * seq_len
+    # forward and backward (3x) of dense attention's 4 H D per (query, key) pair
+    attention = 3 * flops.attention_flops(cfg, seq_len, causal=False) / seq_len
     return 6 * matmul + attention, matmul, total
 
 

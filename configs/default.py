@@ -45,9 +45,9 @@ def model_config(**overrides) -> ml_collections.ConfigDict:
         "num_kv_heads": config_dict.placeholder(int), "head_dim": config_dict.placeholder(int),
         "mlp_activation": "swiglu", "encoding": "rope",
         "encoding_kwargs": ml_collections.ConfigDict(), "attention": backends.DENSE,
+        "context_mode": "ring",
         "block_size": 512, "causal": True, "tie_embeddings": True, "dtype": "float32",
-        "param_dtype": "float32", "norm_eps": 1e-6,
-        "dense_backend": config_dict.placeholder(str), "scan_layers": False})
+        "param_dtype": "float32", "norm_eps": 1e-6, "scan_layers": False, "remat": "none"})
     model.update(overrides)
     return model
 

@@ -44,7 +44,7 @@ def model_block() -> ml_collections.ConfigDict:
     block = {k: config_dict.placeholder(t) for k, t in ARCHITECTURE.items()}
     block.update({"attention": "auto", "block_size": 512, "dtype": "float32",
                   "param_dtype": "float32", "scan_layers": False, "context_mode": "ring",
-                  "remat": config_dict.placeholder(str)})
+                  "remat": "block"})  # long windows: keep only each block's input
     return ml_collections.ConfigDict(block)
 
 

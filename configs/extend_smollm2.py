@@ -4,9 +4,10 @@
 
 Keys:
   models            comma-separated names of config.model entries
-  model.<name>      file (under pretrained_dir), context C, rotary_dim (the RoPE dims, for
-                    LongRoPE's factor lists), add_bos (prepend the tokenizer's BOS),
-                    passkey_lengths ('' = passkey.lengths)
+  model.<name>      file (under pretrained_dir), add_bos (prepend the tokenizer's BOS),
+                    passkey_lengths ('' = passkey.lengths); context C and rotary_dim (the
+                    RoPE dims, for LongRoPE's factor lists) are read from the checkpoint:
+                    0 here, or a value the checkpoint must hold (`train.extend.settings`)
   pretrained_dir    '' -> $POSENC_PRETRAINED_DIR, else <repo>/.pretrained
                     (bash scripts/fetch_pretrained.sh DIR puts the files there)
   methods           'all' (none + every registry method with a stretch rule) or a list
@@ -47,13 +48,13 @@ import ml_collections
 
 def smollm2():
     return ml_collections.ConfigDict({"file": "SmolLM2-135M-Instruct.Q4_1.gguf",
-                                      "context": 8192, "rotary_dim": 64, "add_bos": False,
+                                      "context": 0, "rotary_dim": 0, "add_bos": False,
                                       "passkey_lengths": ""})
 
 
 def gemma3():
-    return ml_collections.ConfigDict({"file": "gemma-3-270m-q4_k_m.gguf", "context": 32768,
-                                      "rotary_dim": 256, "add_bos": True,
+    return ml_collections.ConfigDict({"file": "gemma-3-270m-q4_k_m.gguf", "context": 0,
+                                      "rotary_dim": 0, "add_bos": True,
                                       "passkey_lengths": ""})
 
 

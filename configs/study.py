@@ -17,7 +17,7 @@ Keys:
                      tables show the median and min-max, the figures min-max bars
   workers            processes that run the models (each trains one, then scores it): 0 is
                      one per CPU core on a CPU backend (at most 8) and 1 on an accelerator;
-                     1 runs everything in this process (`train.study.parallel`)
+                     1 runs everything in this process (`train.engine.workers`)
   finetune           scalings (methods, 'none' = continued pretraining; '' for no fine-tuning),
                      length ('4L'), fraction (of the pretraining steps), batch_size (0: the
                      pretraining batch): see `train.study.extension`
@@ -27,7 +27,7 @@ Keys:
   scalings           RoPE scaling methods evaluated past L: linear, ntk, dynamic, yarn,
                      llama3, longrope ('' for none); factor = eval_len / L
   scaling_overrides  <method>: keys replacing the method's stretch rule (its record in
-                     `posenc_jax.encodings.rope_scaling`; `train.study.scalings`)
+                     `posenc_jax.encodings.rope_scaling`; `train.engine.scalings`)
   eval_lengths       comma-separated ints or multiples of L ('L/2', 'L', '4L')
   eval_num_tokens    targets scored at every length (the same tokens for all)
   eval_split         the held-out split evaluated

@@ -78,6 +78,8 @@ CASES = {
     "qwen2_yarn2": lambda: _tiny_case("qwen2", "yarn2"),
     "qwen3": lambda: _tiny_case("qwen3", None),
     "gemma3_text": lambda: _tiny_case("gemma3_text", None),
+    "phi3": lambda: _tiny_case("phi3", None),
+    "phi3_partial_longrope": lambda: _tiny_case("phi3", "partial_longrope"),
     "gemma3_text_linear8": lambda: _tiny_case("gemma3_text", "linear8_full"),
     "trained": _trained,
     "smollm2_yarn": _smollm2_yarn,

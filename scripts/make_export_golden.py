@@ -3,7 +3,9 @@
 Run in the throwaway golden venv (torch + transformers; /work/goldenvenv, see
 scripts/make_pretrained_golden.py), from the repository root:
 
-    /work/goldenvenv/bin/python scripts/make_export_golden.py [--python .venv/bin/python]
+    /work/goldenvenv/bin/python scripts/make_export_golden.py [--python .venv/bin/python] [CASE ...]
+
+Named cases are (re)recorded and the golden's other cases kept; none: every case, afresh.
 
 It first runs scripts/export_cases.py with the project's Python (`--python`, which has jax),
 exporting every case into a temporary directory; then, for each, loads the directory with
@@ -76,6 +78,9 @@ def main() -> None:
     arrays: dict = {}
     table: dict = {"versions": {"transformers": transformers.__version__,
                                 "torch": torch.__version__}, "cases": {}}
+    if args.cases and (OUT / "golden.json").is_file():  # named cases: the others are kept
+        arrays = dict(np.load(OUT / "golden.npz"))
+        table["cases"] = json.loads((OUT / "golden.json").read_text())["cases"]
     with tempfile.TemporaryDirectory() as work:
         env = {**os.environ, "PYTHONPATH": str(ROOT)}  # this checkout's posenc_jax
         subprocess.run([args.python, str(ROOT / "scripts" / "export_cases.py"), work,

@@ -10,6 +10,8 @@ by the package or its tests), from the repository root, after scripts/fetch_pret
 Sections (--only; default all), each writing its own files, so one can be redone alone:
 * tiny:    tiny/<family>/ (scripts/make_pretrained_golden_tiny.py: llama, mistral, qwen2, qwen3,
            gemma3_text, phi3 random-weight safetensors checkpoints + logits.npz + cases.json).
+* tiny_prefixes: only the `logits__default__first<n>` arrays of the committed tiny fixtures
+           (`make_pretrained_golden_tiny.write_prefixes`; in "tiny" too).
 * smollm2, gemma3: <model>.json and <model>.npz for the real GGUF model, loaded by
   `AutoModelForCausalLM.from_pretrained(dir, gguf_file=..., dtype=torch.float32)`:
     json: `config` (transformers' config.to_diff_dict(), less version and paths), `texts`,
@@ -250,6 +252,8 @@ def main() -> None:
     versions(directory)
     if "tiny" in only:
         make_pretrained_golden_tiny.write_tiny(OUT, _topics()[:200_000])
+    if "tiny_prefixes" in only and "tiny" not in only:
+        make_pretrained_golden_tiny.write_prefixes(OUT)
     if "smollm2" in only:
         real_model("smollm2", directory, yarn="yarn" in only)
     if "gemma3" in only:

@@ -8,7 +8,12 @@ Gemma's (1 + w) norms) so that no feature is tested by a zero, then
 `token_ids` [1, L] int32 and `logits__<case>` [1, L, V] float32 for each case in cases.json
 (`{"<case>": rope_parameters or null}`; null = the checkpoint's own config; otherwise the same
 weights in a model whose config's `rope_parameters` is replaced by that dict, as
-`pretrained.load(dir, rope_scaling=...)` must do). The llama fixture also holds a 320-token
+`pretrained.load(dir, rope_scaling=...)` must do), and `logits__<case>__first<n>` [1, n, V]: the
+logits of the first n tokens alone, for every case of the families and lengths in PREFIXES (phi3: 16 and 17, on both sides
+of its original_max_position_embeddings 16: transformers' LongRoPE takes the short factors when
+max(position_ids) + 1 <= 16, else the long ones; the 32-token case is on the long side).
+`write_prefixes` adds them (and cases the npz lacks) to an existing fixture alone (reloading it, and checking it still
+gives the committed logits first, within 1e-5). The llama fixture also holds a 320-token
 byte-level BPE tokenizer.json (trained here, saved by transformers) and tokenizer_ids.json.
 
 Needs torch + transformers: run only through make_pretrained_golden.py in the throwaway venv.
@@ -69,8 +74,13 @@ FAMILIES = {
                                    "short_factor": [1.0, 1.1, 1.3, 1.6],
                                    "long_factor": [1.0, 1.5, 2.5, 4.0],
                                    "original_max_position_embeddings": 16}),
-             {"default": None}),
+             {"default": None,
+              "partial_longrope": {"rope_type": "longrope", "rope_theta": 10000.0,
+                                   "partial_rotary_factor": 0.5, "short_factor": [1.0, 1.2],
+                                   "long_factor": [2.0, 5.0],
+                                   "original_max_position_embeddings": 16}}),
 }
+PREFIXES = {"phi3": (16, 17)}
 TOKENIZER_TEXTS = ["Hello world!", "  two  spaces\tand a tab\n", "héllo ünïcode ☃ 日本",
                    "def f(x):\n    return x + 1\n"]
 
@@ -131,11 +141,9 @@ def write_tiny(root: pathlib.Path, corpus: str) -> None:
         state = model.state_dict()
         arrays = {"token_ids": ids.numpy().astype(np.int32)}
         for case, rope in cases.items():
-            m = model if rope is None else transformers.AutoModelForCausalLM.from_config(
-                _config(spec, rope), dtype=torch.float32).eval()
-            if rope is not None:
-                m.load_state_dict(state)
+            m = model if rope is None else _with_rope(spec, rope, state)
             arrays[f"logits__{case}"] = _logits(m, ids)
+            arrays.update(_prefix_logits(m, ids, family, case))
         # The saved directory, reloaded, must give the same logits (catches a lossy save).
         again = transformers.AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32).eval()
         np.testing.assert_array_equal(_logits(again, ids), arrays["logits__default"])
@@ -145,3 +153,41 @@ def write_tiny(root: pathlib.Path, corpus: str) -> None:
               f" cases {list(cases)}", flush=True)
         if family == "llama":
             _tokenizer(out, corpus)
+
+
+def _with_rope(spec: dict, rope: dict, state: dict) -> torch.nn.Module:
+    """The same weights in a model whose config's rope_parameters is `rope`."""
+    model = transformers.AutoModelForCausalLM.from_config(_config(spec, rope),
+                                                          dtype=torch.float32).eval()
+    model.load_state_dict(state)
+    return model
+
+
+def _prefix_logits(model, ids: torch.Tensor, family: str, case: str) -> dict[str, np.ndarray]:
+    """`logits__<case>__first<n>` for n in PREFIXES[family]."""
+    return {f"logits__{case}__first{n}": _logits(model, ids[:, :n])
+            for n in PREFIXES.get(family, ())}
+
+
+def write_prefixes(root: pathlib.Path) -> None:
+    """Adds, to the committed fixtures of the PREFIXES families, the cases and prefix logits
+    their npz lacks, leaving the checkpoint and every array already there as it is."""
+    for family, lengths in PREFIXES.items():
+        out = root / "tiny" / family
+        spec, cases = FAMILIES[family]
+        arrays = dict(np.load(out / "logits.npz"))
+        model = transformers.AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32).eval()
+        ids = torch.from_numpy(arrays["token_ids"].astype(np.int64))
+        # within float32 summation order (1.7e-6 seen: another machine, thread count)
+        np.testing.assert_allclose(_logits(model, ids), arrays["logits__default"], atol=1e-5,
+                                   rtol=0)
+        new = {}
+        for case, rope in cases.items():
+            m = model if rope is None else _with_rope(spec, rope, model.state_dict())
+            if f"logits__{case}" not in arrays:
+                new[f"logits__{case}"] = _logits(m, ids)
+            new.update({k: v for k, v in _prefix_logits(m, ids, family, case).items()
+                        if k not in arrays})
+        np.savez_compressed(out / "logits.npz", **arrays, **new)
+        (out / "cases.json").write_text(json.dumps(cases, indent=1) + "\n")
+        print(f"tiny/{family}: added {sorted(new)} (prefixes {lengths})", flush=True)

@@ -41,6 +41,8 @@ def m(name, path, old, new, *tests):
 
 
 ENC, MOD = "posenc_jax/encodings/", "posenc_jax/model/"
+FAM = "posenc_jax/pretrained/families/"
+FAM_TESTS = "tests/pretrained/test_pretrained_families.py"
 SCALING = ENC + "rope_scaling/formulas.py"
 MUTANTS = [
     # -- encodings
@@ -134,6 +136,36 @@ MUTANTS = [
       "fcntl.LOCK_EX | fcntl.LOCK_NB", "fcntl.LOCK_SH | fcntl.LOCK_NB",
       "tests/train/test_train_faults.py::"
       "test_second_run_on_a_workdir_is_refused_and_a_killed_run_leaves_no_lock"),
+    # -- a family's config mapping: per-layer windows (issue 34's survivors)
+    m("families-qwen-window-off-by-one", FAM + "mapping.py",
+      '"sliding_attention" if i >= flat["max_window_layers"]',
+      '"sliding_attention" if i > flat["max_window_layers"]', FAM_TESTS),
+    m("families-qwen-ignores-use-sliding-window", FAM + "mapping.py",
+      'if not flat.get("use_sliding_window") or w is None:', "if w is None:", FAM_TESTS),
+    m("families-sliding-full-swapped", FAM + "mapping.py",
+      'return [w if t == "sliding_attention" else None for t in types]',
+      'return [w if t != "sliding_attention" else None for t in types]', FAM_TESTS),
+    m("families-qwen-ignores-layer-types", FAM + "mapping.py",
+      'types = flat.get("layer_types") or [', "types = [", FAM_TESTS),
+    m("families-mistral-drops-window", FAM + "mistral.py", 'windows="all",', 'windows="none",',
+      FAM_TESTS),
+    m("families-phi3-drops-window", FAM + "phi3.py", 'windows="all",', 'windows="none",',
+      FAM_TESTS),
+    m("families-gemma3-window-on-every-layer", FAM + "gemma3.py", 'windows="layer_types",',
+      'windows="all",', FAM_TESTS),
+    m("families-qwen-class-default-0", FAM + "qwen2.py",
+      '"use_sliding_window": False, "max_window_layers": 28},',
+      '"use_sliding_window": False, "max_window_layers": 0},', FAM_TESTS),
+    m("families-gguf-gemma3-pattern-off-by-one", FAM + "gemma3.py",
+      '"full_attention" if (i + 1) % pattern == 0', '"full_attention" if i % pattern == 0',
+      FAM_TESTS),
+    m("families-export-qwen-first-window", "posenc_jax/pretrained/export_config.py",
+      '"max_window_layers": first}', '"max_window_layers": first + 1}', FAM_TESTS),
+    m("families-export-qwen-drops-layer-types", "posenc_jax/pretrained/export_config.py",
+      "if any(w is None for w in (windows or ())[first:]):", "if False:", FAM_TESTS),
+    m("families-phi3-fused-order", FAM + "phi3.py",
+      'tuple((*llama.ATTN, f"{x}_proj") for x in "qkv")',
+      'tuple((*llama.ATTN, f"{x}_proj") for x in "kqv")', FAM_TESTS),
 ]
 
 

@@ -389,10 +389,12 @@ LIBRARY = [
     ("attention-heads-not-dividing", lambda: attend(k=jnp.zeros((1, 4, 3, 8)),
                                                     v=jnp.zeros((1, 4, 3, 8))), ValueError,
      ["num_heads", "num_kv_heads"]),
-    ("attention-unknown-backend", lambda: attend(dense_backend="flash"), ValueError,
-     ["dense_backend", "'flash'"]),
     ("attention-block-zero", lambda: attend(implementation="blockwise", block_q=0),
      ValueError, ["block_q"]),
+    *[(f"attention-block-{impl}-{key}", lambda i=impl, k=key, v=v: attend(
+        implementation=i, **{k: v}), ValueError, [f"{key} must be >= 1, got {key}={v}"])
+      for impl, key, v in (("dense", "block_q", 0), ("pallas", "block_q", -5),
+                           ("pallas", "block_k", 0))],  # issue 34: every backend checks
     ("attention-unknown-implementation", lambda: attend(implementation="magic"), ValueError,
      ["implementation", "'magic'"]),
     # -- issue 26: position dtypes and ranges, the cache, the HF readers, unclear errors
@@ -597,6 +599,13 @@ CONFIG = [
     ("config-model-heads-zero", {"model.num_heads": 0}, ValueError,
      ["config.model", "num_heads"]),
     ("config-seed-float", {"seed": 0.5}, TypeError, ["config.seed"]),
+    # issue 34: what context parallelism cannot run, with the real conflict
+    ("config-cope-context", {"mesh.context": 2, "model.encoding": "cope"}, ValueError,
+     ["config.model.encoding='cope' reads whole rows of attention logits (a RowBias), but "
+      "config.mesh.context=2 splits every row's keys over devices"]),
+    ("config-cudnn-context-cpu", {"mesh.context": 2, "model.attention": "cudnn"}, ValueError,
+     ["config.model.attention='cudnn' does not lower for this platform 'cpu' (only ['cuda']);"
+      " with config.mesh.context=2 the context-parallel steps would have replaced it"]),
 ]
 
 

@@ -12,7 +12,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import jax
+
 from posenc_jax.checks import boolean, finite_float, integer, one_of, positive_int
+from posenc_jax.model import backends
 from train import from_checkpoint, trainable
 from train import state as state_lib
 
@@ -76,6 +79,33 @@ def _check_model(config, lengths: tuple[int, ...]):
     return model
 
 
+def _check_context(config, model) -> None:
+    """What context parallelism (`mesh.context` != 1) cannot run, with the real conflict: the
+    ring / all-gather computes attention with its own steps (blockwise, or the Pallas kernel
+    on cuda / tpu), so a backend named in `model.attention` must at least lower here, and no
+    device ever holds a whole row of logits, which a RowBias (CoPE) needs."""
+    platform = {"gpu": "cuda"}.get(jax.default_backend(), jax.default_backend())
+    context = config.mesh.get("context", 1)
+    if model.attention != backends.AUTO:
+        record = backends.get(model.attention)
+        if platform not in record.platforms:
+            also = (f"; with config.mesh.context={context} the context-parallel steps would "
+                    "have replaced it without a word" if context != 1 else "")
+            raise ValueError(f"config.model.attention={model.attention!r} does not lower for "
+                             f"this platform {platform!r} (only {sorted(record.platforms)})"
+                             f"{also}; use 'auto', 'dense' or 'blockwise'")
+    if context == 1:
+        return
+    for i in range(model.num_layers):
+        encoding = model.layer_encoding(i)
+        if backends.bias_kind(encoding) == "rows":
+            raise ValueError(
+                f"config.model.encoding={encoding.name!r} reads whole rows of attention logits "
+                f"(a RowBias), but config.mesh.context={context} splits every row's keys over "
+                f"devices, so no device holds a whole row; use config.mesh.context=1 with "
+                f"{encoding.name!r}, or an encoding without a RowBias")
+
+
 def check_config(config) -> None:
     """Raises TypeError/ValueError naming `config.<key>` for the first key that cannot work."""
     integer("config.seed", config.seed)
@@ -99,4 +129,4 @@ def check_config(config) -> None:
                          "(the checkpoint whose tokenizer reads the text)")
     _check_optimizer(config)
     _check_mesh(config)
-    _check_model(config, _check_eval(config))
+    _check_context(config, _check_model(config, _check_eval(config)))

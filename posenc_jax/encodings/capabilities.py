@@ -52,7 +52,7 @@ Params = Mapping[str, Array]
 class ElementwiseBias(abc.ABC):
     """The score bias as an elementwise function of (query position, key position, head).
 
-    Consumers: the Pallas kernels (`model/kernels/common.py` evaluates it on each block in
+    Consumers: the Pallas kernels (`model/kernels/block_math.py` evaluates it on each block in
     registers, never building [H, Lq, Lk]), the attention backends' `supports` (a bias the
     kernel can run), and `bias_from_elementwise` (a scheme's `bias` from it).
     """

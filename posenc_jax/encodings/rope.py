@@ -289,6 +289,10 @@ class RotaryBase(Encoding):
             return self.head_dim
         return int(self.head_dim * finite_float(key, factor, above=0, maximum=1))
 
+    def _table(self, positions, inv_freq, factor: float):
+        """cos, sin float32 [..., L, R] of `positions` at `inv_freq` (times `factor`)."""
+        return cos_sin(positions, inv_freq, attention_factor=factor)
+
     @functools.cached_property
     def scaling_dict(self) -> dict[str, Any] | None:
         """The validated scaling dict (None for plain RoPE); validated once, at construction."""
@@ -320,7 +324,7 @@ class RotaryBase(Encoding):
         inv_freq, factor = self.frequencies(seq_len)
 
         def table(positions):  # the factor is a concrete float32, never traced
-            return cos_sin(positions, inv_freq, attention_factor=float(factor))
+            return self._table(positions, inv_freq, float(factor))
 
         k_cos, k_sin = table(k_positions)
         if q_positions is k_positions:  # self-attention without a cache: one table for both
@@ -336,7 +340,31 @@ class RotaryBase(Encoding):
 @dataclasses.dataclass(frozen=True)
 class RoPE(RotaryBase, KernelRotary, LengthDependent):
     """Rotary position embedding (Su et al. 2021): `RotaryBase`'s hyperparameters and rotation,
-    plus the rotation a kernel can apply in-kernel and the length-dependent regime."""
+    plus the rotation a kernel can apply in-kernel and the length-dependent regime.
+
+    `unscaled_start` = n (LongRoPE's n-hat, Ding et al. 2024): positions < n rotate with the
+    unscaled frequencies (the scaling method's attention factor still applies to all), the
+    rest with the scaled ones. 0 (the default) is the scaled rotation alone; no transformers
+    config can express n > 0, and no kernel applies it (`kernel_rotation` refuses: use a
+    backend that calls `rotate`). Without a scaling dict it changes nothing.
+    """
+
+    unscaled_start: int = 0
+
+    def __post_init__(self):
+        super().__post_init__()
+        integer("unscaled_start", self.unscaled_start, minimum=0)
+
+    def _table(self, positions, inv_freq, factor: float):
+        """`RotaryBase._table`, with the rows of positions < unscaled_start at the unscaled
+        frequencies (the same attention factor)."""
+        cos, sin = super()._table(positions, inv_freq, factor)
+        if self.unscaled_start == 0 or self.scaling is None:
+            return cos, sin
+        plain, _ = dataclasses.replace(self, scaling=None, unscaled_start=0).frequencies()
+        cos0, sin0 = cos_sin(positions, plain, attention_factor=factor)
+        start = (jnp.asarray(positions) < self.unscaled_start)[..., None]      # [..., L, 1]
+        return jnp.where(start, cos0, cos), jnp.where(start, sin0, sin)
 
     def regime(self, k_positions):
         if not self.is_length_dependent:
@@ -346,5 +374,9 @@ class RoPE(RotaryBase, KernelRotary, LengthDependent):
 
     def kernel_rotation(self, params, *, seq_len=None):
         """inv_freq [R], attention factor and layout, for a kernel that rotates in-kernel."""
+        if self.unscaled_start and self.scaling is not None:
+            raise ValueError(f"rope: unscaled_start={self.unscaled_start} (positions with their "
+                             "own frequencies) cannot be applied in-kernel; use an attention "
+                             "backend that calls rotate ('dense' or 'blockwise')")
         inv_freq, factor = self.frequencies(seq_len if self.is_length_dependent else None)
         return KernelRotation(inv_freq=inv_freq, attention_factor=factor, layout=self.layout)

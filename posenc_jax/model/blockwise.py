@@ -14,8 +14,11 @@ The encoding's bias hook is called on the block's own positions, so only [B, H, 
 block_k] is ever live: ALiBi, T5 and Shaw never build [H, Lq, Lk] and memory is linear in the
 length. An encoding's `BlockTransform` (xPos) is applied to each (query block, key block)
 before scoring, and its `ValueTerm` (Shaw's a^V, linear in the weights) is fed the block's
-unnormalised p and accumulated with p v. A `RowBias` (CoPE: whole rows of logits) is refused. A key block that the mask hides entirely (e.g. above the causal diagonal, or unfilled
-cache slots) is skipped with `lax.cond`, which halves the work of causal attention.
+unnormalised p and accumulated with p v. A `RowBias` (CoPE: whole rows of logits) is refused. A key block that the mask hides entirely (e.g. above the causal diagonal, outside a
+window or a chunk, or unfilled cache slots) is skipped with `lax.cond`, which halves the
+work of causal attention. A learned sink logit per head (gpt-oss) starts each row's state at
+(m, l) = (sink, 1) (`softmax_math.start`): it joins the denominator once and gets its
+gradient by autodiff.
 
 Lengths that are not multiples of the block sizes are padded (padded keys masked, padded query
 rows dropped). For reverse-mode AD both loop bodies are `jax.checkpoint`ed: the backward pass
@@ -37,7 +40,7 @@ from posenc_jax.checks import positive_int
 from posenc_jax.encodings.base import Encoding
 from posenc_jax.encodings.capabilities import BlockTransform, ValueTerm
 from posenc_jax.model.scores import build_mask, encoding_bias
-from posenc_jax.model.softmax_math import NEG, normalise, online_step
+from posenc_jax.model.softmax_math import NEG, normalise, online_step, start
 
 __all__ = ["attend_blockwise", "attend_blockwise_lse"]
 
@@ -65,7 +68,8 @@ def attend_blockwise(q: Array, k: Array, v: Array, *, encoding: Encoding, params
                      q_positions: Array, k_positions: Array, causal: bool,
                      q_segment_ids: Array | None, k_segment_ids: Array | None,
                      k_mask: Array | None, block_q: int, block_k: int,
-                     window: int | None = None) -> Array:
+                     window: int | None = None, chunk_size: int | None = None,
+                     sink_tokens: int = 0, sinks: Array | None = None) -> Array:
     """Online-softmax attention; same contract as `posenc_jax.model.attention.attend`.
 
     Args:
@@ -73,8 +77,9 @@ def attend_blockwise(q: Array, k: Array, v: Array, *, encoding: Encoding, params
       q_positions, q_segment_ids: [B|1, Lq]; k_positions, k_segment_ids, k_mask: [B|1, Lk]
         (already validated and made 2-D by `attend`; segment ids and k_mask may be None).
       block_q, block_k: block sizes (>= 1), clipped to Lq and Lk.
-      window: sliding window W or None (see `scores.build_mask`); key blocks wholly outside
-        it are skipped like those above the causal diagonal.
+      window, chunk_size, sink_tokens: the local rules of `scores.build_mask`; key blocks
+        wholly outside them are skipped like those above the causal diagonal.
+      sinks: float [H] learned sink logits (gpt-oss) or None.
 
     Returns:
       [B, Lq, H, D] in q.dtype.
@@ -83,7 +88,7 @@ def attend_blockwise(q: Array, k: Array, v: Array, *, encoding: Encoding, params
         q, k, v, encoding=encoding, params=params, q_positions=q_positions,
         k_positions=k_positions, causal=causal, q_segment_ids=q_segment_ids,
         k_segment_ids=k_segment_ids, k_mask=k_mask, block_q=block_q, block_k=block_k,
-        window=window)
+        window=window, chunk_size=chunk_size, sink_tokens=sink_tokens, sinks=sinks)
     return out.astype(q.dtype)
 
 
@@ -91,12 +96,15 @@ def attend_blockwise_lse(q: Array, k: Array, v: Array, *, encoding: Encoding, pa
                          q_positions: Array, k_positions: Array, causal: bool,
                          q_segment_ids: Array | None, k_segment_ids: Array | None,
                          k_mask: Array | None, block_q: int, block_k: int,
-                         window: int | None = None) -> tuple[Array, Array]:
+                         window: int | None = None, chunk_size: int | None = None,
+                         sink_tokens: int = 0, sinks: Array | None = None
+                         ) -> tuple[Array, Array]:
     """`attend_blockwise` that also returns each row's log-sum-exp, for merging partial results.
 
     Returns (out float32 [B, Lq, H, D], lse float32 [B, Lq, H]) with
     lse = log sum_j exp(s_j) over the row's visible keys, and -1e30 for a row that sees no
-    key (its out is 0). Two results over disjoint key sets merge exactly by the online-softmax
+    key (its out is 0); with `sinks`, lse includes the sink (sink alone for such a row). Two
+    results over disjoint key sets merge exactly by the online-softmax
     rule: lse = logaddexp(lse1, lse2), out = exp(lse1 - lse) out1 + exp(lse2 - lse) out2
     (`posenc_jax.model.context_parallel` does this across devices).
     """
@@ -104,7 +112,10 @@ def attend_blockwise_lse(q: Array, k: Array, v: Array, *, encoding: Encoding, pa
     b, lq, h, d = q.shape
     lk, kh = k.shape[1], k.shape[2]
     if b == 0 or lq == 0 or lk == 0:  # as the dense path: no rows, or rows that see no key
-        return (jnp.zeros(q.shape, jnp.float32), jnp.full(q.shape[:3], NEG, jnp.float32))
+        lse = jnp.full(q.shape[:3], NEG, jnp.float32)
+        if sinks is not None:
+            lse = jnp.broadcast_to(jnp.asarray(sinks, jnp.float32), q.shape[:3])
+        return jnp.zeros(q.shape, jnp.float32), lse
     g = h // kh
     bq, bk = min(block_q, lq), min(block_k, lk)
     nq, nk = -(-lq // bq), -(-lk // bk)
@@ -117,7 +128,7 @@ def attend_blockwise_lse(q: Array, k: Array, v: Array, *, encoding: Encoding, pa
         if k_mask is not None:
             valid = jnp.logical_and(valid, _pad(k_mask.astype(bool), 1, nk * bk, False))
     has_mask = (causal or q_segment_ids is not None or valid is not None
-                or window is not None)
+                or window is not None or chunk_size is not None)
 
     q_blk = _blocks(_pad(q, 1, nq * bq), 1, bq)                              # [nq, B, bq, H, D]
     qp_blk = _blocks(_pad(q_positions, 1, nq * bq), 1, bq)                   # [nq, P, bq]
@@ -131,7 +142,8 @@ def attend_blockwise_lse(q: Array, k: Array, v: Array, *, encoding: Encoding, pa
     def key_step(carry, xs, qb, qpb, qsb):
         kb, vb, kpb, ksb, vmb = xs
         mask = build_mask(qpb, kpb, causal=causal, q_segment_ids=qsb, k_segment_ids=ksb,
-                          k_mask=vmb, window=window) if has_mask else None  # [B|1,1,bq,bk]
+                          k_mask=vmb, window=window, chunk_size=chunk_size,
+                          sink_tokens=sink_tokens) if has_mask else None  # [B|1,1,bq,bk]
 
         def update(carry):
             m, l, acc = carry                   # [B, K, G, bq, 1], same, [B, K, G, bq, D] f32
@@ -161,9 +173,8 @@ def attend_blockwise_lse(q: Array, k: Array, v: Array, *, encoding: Encoding, pa
 
     def query_block(xs):
         qb, qpb, qsb = xs
-        init = (jnp.full((b, kh, g, bq, 1), NEG, jnp.float32),
-                jnp.zeros((b, kh, g, bq, 1), jnp.float32),
-                jnp.zeros((b, kh, g, bq, d), jnp.float32))
+        sink = None if sinks is None else jnp.reshape(sinks, (1, kh, g, 1, 1))
+        init = (*start((b, kh, g, bq, 1), sink), jnp.zeros((b, kh, g, bq, d), jnp.float32))
         step = jax.checkpoint(lambda c, x: key_step(c, x, qb, qpb, qsb), prevent_cse=False)
         (m, l, acc), _ = jax.lax.scan(step, init, (k_blk, v_blk, kp_blk, ks_blk, valid_blk))
         out = normalise(acc, l).reshape(b, h, bq, d)                     # head h = k * G + g

@@ -21,10 +21,8 @@ cannot be per-layer: they act only at the input (set them as `encoding`).
 from __future__ import annotations
 
 import dataclasses
-import warnings
 from typing import Any
 
-import jax
 import jax.numpy as jnp
 
 from posenc_jax._frozen import _FrozenDict, freeze, thaw
@@ -33,11 +31,11 @@ from posenc_jax.encodings import capabilities
 from posenc_jax.encodings.base import Encoding, for_model
 from posenc_jax.model import backends
 from posenc_jax.model.context_parallel import check_mode as check_context_mode
-from posenc_jax.model.kernels import unsupported_reason
 from posenc_jax.model.kernels.blocks import kernel_blocks
 from posenc_jax.model.features import check_features
+from posenc_jax.model.layer_pattern import LayerSpec, resolve_layers
 from posenc_jax.model.mlp import MLP_ACTIVATIONS
-from posenc_jax.model.scan import check_scannable
+from posenc_jax.model.remat import check_remat
 
 __all__ = ["TransformerConfig", "freeze", "thaw"]
 
@@ -89,18 +87,22 @@ class TransformerConfig:
       causal: decoder (True) or bidirectional attention.
       tie_embeddings: the output projection is the token embedding's transpose.
       dtype: activation/compute dtype; param_dtype: parameter storage dtype.
-      norm_eps: RMSNorm epsilon. dense_backend: deprecated (a DeprecationWarning; "cudnn"
-        becomes attention="cudnn", "xla" plain dense; then stored as None).
-      scan_layers: run the blocks as one `jax.lax.scan` (compile time independent of depth;
-        same params and checkpoints as the loop); needs one encoding for every layer. See
-        `posenc_jax.model.scan`.
+      norm_eps: RMSNorm epsilon.
+      scan_layers: run the blocks as a `jax.lax.scan` over the smallest repeating group of
+        layer settings (same params and checkpoints as the loop; a last partial group runs
+        unrolled). See `posenc_jax.model.scan`.
+      remat: rematerialisation policy of the blocks: "none", "block", "dots" or "attention"
+        (`posenc_jax.model.remat`); gradients equal "none"'s.
       context_mode: "ring" or "all_gather": how attention gathers keys when the mesh and
         logical rules split the sequence ("length" -> a mesh axis of size > 1); see
         `posenc_jax.model.context_parallel`. Unused otherwise.
       embed_scale, qkv_bias, qk_norm, norm_offset, post_norms, query_pre_attn_scalar,
-        sliding_window, final_logit_softcap: what pretrained families need (Llama has no
-        embedding scale: embed_scale=None; Gemma 3's windows: sliding_window=([512] * 5 +
-        [None]) * 3); see `posenc_jax.model.features`.
+        final_logit_softcap, attention_sinks, sink_tokens: what pretrained families need
+        (Llama has no embedding scale: embed_scale=None); see `posenc_jax.model.features`.
+      sliding_window, attention_chunk, layer_pattern, attn_temperature: per-layer settings
+        (Gemma 3's windows: sliding_window=([512] * 5 + [None]) * 3; Llama 4's chunks, NoPE
+        layers, QK L2-norm and query temperature), resolved into one `LayerSpec` per layer
+        (`layer(i)`, `layer_specs`); see `posenc_jax.model.layer_pattern`.
     """
 
     vocab_size: int
@@ -122,7 +124,6 @@ class TransformerConfig:
     dtype: Any = "float32"
     param_dtype: Any = "float32"
     norm_eps: float = 1e-6
-    dense_backend: str | None = None
     scan_layers: bool = False
     context_mode: str = "ring"
     embed_scale: Any = "sqrt"
@@ -133,6 +134,12 @@ class TransformerConfig:
     query_pre_attn_scalar: float | None = None
     sliding_window: Any = None
     final_logit_softcap: float | None = None
+    attention_chunk: Any = None
+    layer_pattern: Any = None
+    attn_temperature: Any = None
+    attention_sinks: bool = False
+    sink_tokens: int = 0
+    remat: str = "none"
 
     def __post_init__(self):
         def set_(key, value):
@@ -155,12 +162,7 @@ class TransformerConfig:
         if self.mlp_activation not in MLP_ACTIVATIONS:
             raise ValueError(f"unknown mlp_activation {self.mlp_activation!r}; valid: "
                              f"{', '.join(map(repr, MLP_ACTIVATIONS))}")
-        set_("attention", backends.resolve(self.attention, self.dense_backend, warn=False))
-        if self.dense_backend is not None:  # deprecated: now the attention names the backend
-            warnings.warn(f"TransformerConfig(dense_backend={self.dense_backend!r}) is "
-                          f"deprecated; use attention={self.attention!r}", DeprecationWarning,
-                          stacklevel=3)
-            set_("dense_backend", None)
+        set_("attention", backends.resolve(self.attention))
         positive_int("block_size", self.block_size)
         set_("kernel_blocks", kernel_blocks(thaw(self.kernel_blocks)))
         set_("dtype", _float_dtype("dtype", self.dtype))
@@ -170,14 +172,19 @@ class TransformerConfig:
         boolean("tie_embeddings", self.tie_embeddings)
         set_("encoding_kwargs", _freeze_kwargs(self.encoding_kwargs, "encoding_kwargs"))
         set_("layer_encodings", self._freeze_layers(self.layer_encodings))
+        boolean("scan_layers", self.scan_layers)
+        set_("remat", check_remat(self.remat))
+        check_context_mode(self.context_mode)
+        check_features(self, set_)
+        specs = resolve_layers(self, set_)
+        object.__setattr__(self, "_specs", specs)
         # Build (and so validate) every encoding now; cached outside the dataclass fields.
         encs = {}
         for entry in dict.fromkeys([(self.encoding, self.encoding_kwargs),
-                                    *(self.layer_encodings or ())]):
+                                    *(spec.encoding for spec in specs)]):
             encs[entry] = self._build(*entry)
         object.__setattr__(self, "_encodings", encs)
-        for enc in encs.values():  # can the attention backend run every encoding?
-            backends.check(self.attention, enc, causal=self.causal)
+        for enc in encs.values():
             if self.attention == backends.PALLAS:
                 self._check_kernel_lowers(enc)
         axes = sorted({capabilities.position_axes(enc) for enc in encs.values()
@@ -185,29 +192,61 @@ class TransformerConfig:
         if len(axes) > 1:  # e.g. ["mrope", "rope"]: rope would get mrope's [3, B, L]
             raise ValueError(f"the encodings take positions with different axes {axes}; a "
                              "model takes one positions shape")
-        boolean("scan_layers", self.scan_layers)
-        check_context_mode(self.context_mode)
-        check_features(self, set_)
-        if self.scan_layers:
-            check_scannable(self.layer_encodings)
-        for i, entry in enumerate(self.layer_encodings or ()):
-            if "embed" in encs[entry].hooks:
+        default = (self.encoding, self.encoding_kwargs)
+        pattern = [dict(e) for e in self.layer_pattern or ()]
+        for i, spec in enumerate(specs):
+            if spec.encoding != default and "embed" in encs[spec.encoding].hooks:
+                where = (f"layer_pattern[{i % len(pattern)}]['encoding']"
+                         if any("encoding" in e for e in pattern) else f"layer_encodings[{i}]")
                 raise ValueError(
-                    f"layer_encodings[{i}]={entry[0]!r} is additive (an embed hook); additive "
-                    f"encodings act only at the input: set encoding={entry[0]!r} instead")
+                    f"{where}={spec.encoding[0]!r} is additive (an embed hook); additive "
+                    f"encodings act only at the input: set encoding={spec.encoding[0]!r} "
+                    "instead")
+        self._check_masks(specs)
+
+    def _check_masks(self, specs: tuple[LayerSpec, ...]) -> None:
+        """ValueError unless the attention backend runs every distinct layer: its encoding,
+        window, chunk and the sinks (`backends.check`, which names the backends that can)."""
+        if self.sink_tokens and not any(s.window or s.chunk for s in specs):
+            raise ValueError(f"sink_tokens={self.sink_tokens} keeps the first keys visible "
+                             "beside a sliding window or a chunk, but no layer has one (set "
+                             "sliding_window, attention_chunk or layer_pattern)")
+        for spec in dict.fromkeys(specs):
+            backends.check(self.attention, self._encodings[spec.encoding], causal=self.causal,
+                           shapes=self.attention_shapes(spec))
+
+    def attention_shapes(self, spec: LayerSpec, *, batch: int = 1, q_len: int = 1,
+                         k_len: int = 1) -> backends.Shapes:
+        """The `backends.Shapes` of a layer with settings `spec`: heads, the window, and the
+        chunk / sinks / sink tokens where the layer uses them (`attention_masks`)."""
+        return backends.Shapes(batch=batch, q_len=q_len, k_len=k_len, heads=self.num_heads,
+                               kv_heads=self.num_kv_heads, head_dim=self.head_dim,
+                               window=spec.window, **self.attention_masks(spec, sinks=True))
+
+    def attention_masks(self, spec: LayerSpec, *, sinks: Any = None) -> dict:
+        """The chunk / sinks / sink-token keywords of `attend` for a layer with settings `spec`,
+        only those it uses (a layer without them calls `attend` as before they existed):
+        chunk_size, sinks (the `sinks` value given, when `attention_sinks`), sink_tokens
+        (beside a window or a chunk)."""
+        out: dict = {}
+        if spec.chunk is not None:
+            out["chunk_size"] = spec.chunk
+        if self.attention_sinks:
+            out["sinks"] = sinks
+        if self.sink_tokens and (spec.window is not None or spec.chunk is not None):
+            out["sink_tokens"] = self.sink_tokens
+        return out
 
     def _check_kernel_lowers(self, enc: Encoding) -> None:
-        """ValueError naming the shape when the kernel cannot lower for this host's GPU/TPU
-        (`kernels.unsupported_reason`; CPU interpret mode takes every shape)."""
-        platform = {"gpu": "cuda", "tpu": "tpu"}.get(jax.default_backend())
+        """ValueError naming the shape when the backend cannot run `enc` on this host's GPU /
+        TPU: the registry's `check` with the host platform (CPU hosts: nothing to trial)."""
+        platform = backends.host_platform()
         if platform is None:
             return
-        reason = unsupported_reason(enc, platform=platform, head_dim=self.head_dim,
-                                    num_heads=self.num_heads, num_kv_heads=self.num_kv_heads,
-                                    causal=self.causal, dtype=self.dtype)
-        if reason is not None:
-            raise ValueError(f"attention='pallas': {reason}; use attention='auto', "
-                             "'blockwise' or 'dense'")
+        shapes = backends.Shapes(batch=1, q_len=1, k_len=1, heads=self.num_heads,
+                                 kv_heads=self.num_kv_heads, head_dim=self.head_dim)
+        backends.check(self.attention, enc, causal=self.causal, shapes=shapes,
+                       platform=platform)
 
     def _freeze_layers(self, layers: Any) -> tuple | None:
         if layers is None:
@@ -218,17 +257,17 @@ class TransformerConfig:
         if len(layers) != self.num_layers:
             raise ValueError(f"layer_encodings has {len(layers)} entries but num_layers="
                              f"{self.num_layers}")
-        out = []
-        for i, entry in enumerate(layers):
-            if isinstance(entry, str):
-                out.append((entry, freeze({})))
-            elif isinstance(entry, (list, tuple)) and len(entry) == 2 and isinstance(entry[0],
-                                                                                       str):
-                out.append((entry[0], _freeze_kwargs(entry[1], f"layer_encodings[{i}] kwargs")))
-            else:
-                raise ValueError(f"layer_encodings[{i}] must be a name or (name, kwargs), got "
-                                 f"{entry!r}")
-        return tuple(out)
+        return tuple(self.freeze_encoding(entry, f"layer_encodings[{i}]")
+                     for i, entry in enumerate(layers))
+
+    @staticmethod
+    def freeze_encoding(entry: Any, what: str) -> tuple:
+        """A per-layer encoding entry (a name or (name, kwargs)) as (name, frozen kwargs)."""
+        if isinstance(entry, str):
+            return (entry, freeze({}))
+        if isinstance(entry, (list, tuple)) and len(entry) == 2 and isinstance(entry[0], str):
+            return (entry[0], _freeze_kwargs(entry[1], f"{what} kwargs"))
+        raise ValueError(f"{what} must be a name or (name, kwargs), got {entry!r}")
 
     def _build(self, name: str, kwargs: Any) -> Encoding:
         return for_model(name, thaw(kwargs), embed_dim=self.embed_dim, num_heads=self.num_heads,
@@ -241,9 +280,20 @@ class TransformerConfig:
 
     def layer_encoding(self, i: int) -> Encoding:
         """The encoding whose `rotate` and `bias` hooks layer `i` calls."""
-        entry = ((self.encoding, self.encoding_kwargs) if self.layer_encodings is None
-                 else self.layer_encodings[i])
-        return self._encodings[entry]
+        return self._encodings[self._specs[i].encoding]
+
+    def encoding_for(self, spec: LayerSpec) -> Encoding:
+        """The built encoding of a layer with settings `spec`."""
+        return self._encodings[spec.encoding]
+
+    def layer(self, i: int) -> LayerSpec:
+        """Layer i's settings: encoding, window, chunk, QK L2-norm, temperature."""
+        return self._specs[i]
+
+    @property
+    def layer_specs(self) -> tuple[LayerSpec, ...]:
+        """One `LayerSpec` per layer (`posenc_jax.model.layer_pattern`)."""
+        return self._specs
 
     @property
     def position_axes(self) -> int:

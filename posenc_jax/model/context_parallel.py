@@ -23,20 +23,24 @@ indices). Queries stay where they are; keys and values come to them in one of tw
   and each device runs one step of its queries against the full length. Backward by
   autodiff (the transpose of all_gather is a reduce-scatter of dK, dV).
 
-What a step runs (`step=`, both modes; "auto" by default), chosen by the platform lowered
-for (`jax.lax.platform_dependent`, as the kernel itself chooses Triton / Mosaic):
-  cuda, tpu: the Pallas kernel, `kernels.flash_attention(..., return_lse=True)`, forward
-    and backward (its custom_vjp takes the d lse_s above exactly, through delta' =
-    rowsum(dO O) - d lse; `kernels/lse.py`), the bias evaluated in-kernel on each block's
-    global positions -- where the "pallas" backend supports the encoding at these shapes
-    (`Backend.supports`: an elementwise bias, no value term or block transform, and on the
-    accelerator this process runs on, a trial lowering); otherwise blockwise;
-  cpu (and any other platform): blockwise attention (`blockwise.attend_blockwise_lse`).
-  step="kernel" runs the kernel everywhere (interpret mode on CPU: the tests), "blockwise"
-  blockwise everywhere. One rotation rule for every step: q and k arrive ROTATED at their
-  global positions (the caller's rotate hook, once per token), and the kernel runs without
-  in-kernel rotation: rotating k in-kernel would redo it at every one of the N steps.
-  The backward's vjp of a step recomputes that step's forward (out_s, lse_s).
+What a step runs (`step=`, both modes; "auto" by default) is the attention registry's choice
+(`backends.run(..., lse=True)`: among the records with a `call_lse`, by the platform lowered
+for, one `jax.lax.platform_dependent`, as `attend` chooses): on cuda and tpu the Pallas
+kernel (`kernels.flash_attention(..., return_lse=True)`; its custom_vjp takes the d lse_s
+above exactly, through delta' = rowsum(dO O) - d lse, `kernels/lse.py`) where its record
+supports the encoding at these shapes, blockwise elsewhere (`blockwise.attend_blockwise_lse`).
+step="kernel" names the "pallas" record everywhere (interpret mode on CPU: the tests),
+"blockwise" the blockwise one. One rotation rule for every step: q and k arrive ROTATED at
+their global positions (the caller's rotate hook, once per token), and the kernel runs
+without in-kernel rotation: rotating k in-kernel would redo it at every one of the N steps.
+The backward's vjp of a step recomputes that step's forward (out_s, lse_s).
+
+Masks: the window, chunks and sink tokens are rules of global positions, so every step
+applies them to its own keys (and skips the blocks they hide). Learned sinks (gpt-oss) enter
+ONCE, after the merge, never per step: with lse the merged log-sum-exp over every key,
+out = e^(lse - lse') out and lse' = logaddexp(lse, sink) (`_add_sinks`, by autodiff, which
+is why the ring also returns a differentiable lse: its cotangent enters each step's d lse_s
+as w_s d lse).
 
 Bytes moved (per device, one attention layer, forward; b = bytes per element, B the local
 batch rows, K kv heads, D head dim, C = L / N the local length):
@@ -68,8 +72,8 @@ from jax.sharding import PartitionSpec as P
 
 from posenc_jax.checks import one_of, positive_int
 from posenc_jax.encodings.base import Encoding
-from posenc_jax.model import backends, kernels
-from posenc_jax.model.blockwise import attend_blockwise_lse
+from posenc_jax.model import backends
+from posenc_jax.model.scores import check_local, check_sinks
 
 __all__ = ["MODES", "STEPS", "ContextAxis", "all_gather_attention", "check_mode",
            "context_attention", "current_context_axis", "ring_attention"]
@@ -128,7 +132,8 @@ def _shift(tree, axis_name: str, size: int):
 
 
 def _make_ring(step, axis_name: str, size: int):
-    """The custom_vjp ring over `step(q, k, v, params, q_meta, kv_meta) -> (out, lse)`."""
+    """The custom_vjp ring over `step(q, k, v, params, q_meta, kv_meta) -> (out, lse)`:
+    `ring(...) -> (out float32, lse)`, both differentiable."""
 
     def forward(q, kv, params, q_meta, kv_meta):
         b, lq, h, d = q.shape
@@ -145,18 +150,17 @@ def _make_ring(step, axis_name: str, size: int):
 
     @jax.custom_vjp
     def ring(q, kv, params, q_meta, kv_meta):
-        out, _ = forward(q, kv, params, q_meta, kv_meta)
-        return out.astype(q.dtype)
+        return forward(q, kv, params, q_meta, kv_meta)
 
     def ring_fwd(q, kv, params, q_meta, kv_meta):
         out, lse = forward(q, kv, params, q_meta, kv_meta)
-        out = out.astype(q.dtype)
-        return out, (q, kv, params, q_meta, kv_meta, out, lse)
+        return (out, lse), (q, kv, params, q_meta, kv_meta, out, lse)
 
-    def ring_bwd(res, d_out):
+    def ring_bwd(res, cotangents):
         q, kv, params, q_meta, kv_meta, out, lse = res
+        d_out, d_lse = cotangents
         d_out = d_out.astype(jnp.float32)
-        delta = jnp.sum(d_out * out.astype(jnp.float32), axis=-1)           # [B, Lq, H]
+        delta = jnp.sum(d_out * out, axis=-1) - d_lse.astype(jnp.float32)  # [B, Lq, H]
         f32 = functools.partial(jax.tree.map, lambda x: jnp.zeros(x.shape, jnp.float32))
 
         def body(carry, _):
@@ -182,56 +186,43 @@ def _make_ring(step, axis_name: str, size: int):
     return ring
 
 
-def _shapes(q, k, k_len: int, window) -> backends.Shapes:
-    """The sizes the "pallas" backend's support check reads (one step's q against k_len)."""
-    b, lq, h, d = q.shape
-    return backends.Shapes(b, lq, k_len, h, k.shape[2], d, window)
-
-
-def _blockwise_step(encoding, causal, window, block_q, block_k):
-    def step(q, k, v, params, q_meta, kv_meta):
-        (qp, qs), (kp, ks, km) = q_meta, kv_meta
-        return attend_blockwise_lse(q, k, v, encoding=encoding, params=params, q_positions=qp,
-                                    k_positions=kp, causal=causal, q_segment_ids=qs,
-                                    k_segment_ids=ks, k_mask=km, block_q=block_q,
-                                    block_k=block_k, window=window)
-    return step
-
-
-def _pow2(n: int) -> int:
-    """The largest power of two <= n (the kernel's interpret-mode blocks)."""
-    return 1 << (max(int(n), 1).bit_length() - 1)
-
-
-def _kernel_step(encoding, causal, window, block_q, block_k, kernel_blocks):
-    def step(q, k, v, params, q_meta, kv_meta):
-        (qp, qs), (kp, ks, km) = q_meta, kv_meta
-        return kernels.flash_attention(
-            q, k, v, encoding=encoding, params=params, q_positions=qp, k_positions=kp,
-            causal=causal, q_segment_ids=qs, k_segment_ids=ks, k_mask=km, rotation=None,
-            block_q=_pow2(block_q), block_k=_pow2(block_k), blocks=kernel_blocks,
-            window=window, return_lse=True)
-    return step
-
-
 def _step_fn(encoding, causal, window, block_q, block_k, *, step="auto", kernel_blocks=None,
-             shapes: backends.Shapes | None = None):
-    """`step(q, k, v, params, q_meta, kv_meta) -> (out f32, lse f32)`: "blockwise", "kernel"
-    (the Pallas kernel; interpret mode on CPU) or "auto": by the platform lowered for
-    (`jax.lax.platform_dependent`), the kernel on cuda / tpu where the "pallas" backend
-    supports the encoding at these shapes, blockwise everywhere else."""
-    blockwise = _blockwise_step(encoding, causal, window, block_q, block_k)
-    if step == "blockwise":
-        return blockwise
-    kernel = _kernel_step(encoding, causal, window, block_q, block_k, kernel_blocks)
-    if step == "kernel":
-        return kernel
-    pallas = backends.get(backends.PALLAS)
-    on = {p: kernel for p in ("cuda", "tpu")
-          if pallas.supports(encoding, causal=causal, shapes=shapes, platform=p) is None}
-    if not on:
-        return blockwise
-    return lambda *args: jax.lax.platform_dependent(*args, default=blockwise, **on)
+             chunk_size=None, sink_tokens=0, shapes: backends.Shapes):
+    """`step(q, k, v, params, q_meta, kv_meta) -> (out f32, lse f32)`: the `call_lse` of the
+    record the attention registry runs for `step` ("blockwise", "kernel" = "pallas", or
+    "auto": its choice per platform lowered for), without sinks (they enter after the merge)."""
+    name = {"auto": backends.AUTO, "kernel": backends.PALLAS,
+            "blockwise": backends.BLOCKWISE}[one_of("context_step", step, STEPS)]
+
+    def fn(q, k, v, params, q_meta, kv_meta):
+        def body(backend, operands):
+            q, k, v, params, ((qp, qs), (kp, ks, km)) = operands
+            return backend.call_lse(backends.Inputs(
+                q=q, k=k, v=v, encoding=encoding, params=params, q_positions=qp,
+                k_positions=kp, q_segment_ids=qs, k_segment_ids=ks, k_mask=km, causal=causal,
+                block_q=block_q, block_k=block_k, rotation=None, same_positions=False,
+                kernel_blocks=kernel_blocks, window=window, chunk_size=chunk_size,
+                sink_tokens=sink_tokens, sinks=None))
+
+        return backends.run(name, encoding, (q, k, v, params, (q_meta, kv_meta)), body,
+                            causal=causal, shapes=shapes, lse=True)
+    return fn
+
+
+def _shapes(q, k, window, chunk_size, sink_tokens) -> backends.Shapes:
+    """The sizes the registry's support checks read (one step's q against k)."""
+    b, lq, h, d = q.shape
+    return backends.Shapes(b, lq, k.shape[1], h, k.shape[2], d, window, chunk_size, False,
+                           sink_tokens)
+
+
+def _add_sinks(out, lse, sinks):
+    """(out, lse) over every key -> out with the sink logits [H] in the denominator, once:
+    out e^(lse - logaddexp(lse, sink)) (a row that saw no key stays 0). float32."""
+    if sinks is None:
+        return out
+    total = jnp.logaddexp(lse, jnp.asarray(sinks, jnp.float32)[None, None, :])  # [B, Lq, H]
+    return out * jnp.exp(lse - total)[..., None]
 
 
 def ring_attention(q: Array, k: Array, v: Array, *, encoding: Encoding, params: Any,
@@ -239,27 +230,32 @@ def ring_attention(q: Array, k: Array, v: Array, *, encoding: Encoding, params: 
                    q_segment_ids: Array | None = None, k_segment_ids: Array | None = None,
                    k_mask: Array | None = None, window: int | None = None, axis_name: str,
                    axis_size: int, block_q: int = 256, block_k: int = 256,
-                   step: str = "auto", kernel_blocks: Any = None) -> Array:
+                   step: str = "auto", kernel_blocks: Any = None,
+                   chunk_size: int | None = None, sinks: Array | None = None,
+                   sink_tokens: int = 0) -> Array:
     """Ring attention of this device's queries against every device's keys (call it inside
     `shard_map` over `axis_name`, of `axis_size` devices; see the module docstring).
 
     Args (the device's slices; q, k already rotated at their global positions):
       q: [B, C, H, D]; k, v: [B, C, K, D]; q_positions, q_segment_ids: [B|1, C];
       k_positions, k_segment_ids, k_mask: [B|1, C] (segment ids and k_mask may be None).
-      window: None or the sliding window (visible iff q_position - k_position < window).
-      step: what each step runs (`STEPS`): "auto" (the Pallas kernel on cuda / tpu where it
-        supports the encoding, blockwise elsewhere), "kernel" (also on CPU, interpret mode:
-        for tests) or "blockwise". block_q, block_k: blockwise's (and interpret mode's)
-        blocks; kernel_blocks: the kernel's GPU / TPU blocks (`kernels.kernel_blocks`).
+      window, chunk_size, sink_tokens: the local rules of `scores.build_mask` (global
+        positions); sinks: float [H] learned sink logits (added once, after the merge).
+      step: what each step runs (`STEPS`): "auto" (the registry's choice: the Pallas kernel
+        on cuda / tpu where it supports the encoding, blockwise elsewhere), "kernel" (also on
+        CPU, interpret mode: for tests) or "blockwise". block_q, block_k: blockwise's (and
+        interpret mode's) blocks; kernel_blocks: the kernel's GPU / TPU blocks.
 
     Returns:
       [B, C, H, D] in q.dtype, equal to attention of q against all N * C keys.
     """
     fn = _step_fn(encoding, causal, window, block_q, block_k, step=step,
-                  kernel_blocks=kernel_blocks, shapes=_shapes(q, k, k.shape[1], window))
+                  kernel_blocks=kernel_blocks, chunk_size=chunk_size, sink_tokens=sink_tokens,
+                  shapes=_shapes(q, k, window, chunk_size, sink_tokens))
     ring = _make_ring(fn, axis_name, positive_int("axis_size", axis_size))
-    return ring(q, (k, v), params, (q_positions, q_segment_ids),
-                (k_positions, k_segment_ids, k_mask))
+    out, lse = ring(q, (k, v), params, (q_positions, q_segment_ids),
+                    (k_positions, k_segment_ids, k_mask))
+    return _add_sinks(out, lse, sinks).astype(q.dtype)
 
 
 def all_gather_attention(q: Array, k: Array, v: Array, *, encoding: Encoding, params: Any,
@@ -268,17 +264,18 @@ def all_gather_attention(q: Array, k: Array, v: Array, *, encoding: Encoding, pa
                          k_mask: Array | None = None, window: int | None = None,
                          axis_name: str, axis_size: int = 0, block_q: int = 256,
                          block_k: int = 256, step: str = "auto",
-                         kernel_blocks: Any = None) -> Array:
+                         kernel_blocks: Any = None, chunk_size: int | None = None,
+                         sinks: Array | None = None, sink_tokens: int = 0) -> Array:
     """As `ring_attention`, but K, V and their positions / ids / mask are all-gathered along
     `axis_name` first (each device then holds full-length K/V). `axis_size` is unused."""
     del axis_size
     gather = functools.partial(jax.lax.all_gather, axis_name=axis_name, axis=1, tiled=True)
     k, v, kp, ks, km = jax.tree.map(gather, (k, v, k_positions, k_segment_ids, k_mask))
     fn = _step_fn(encoding, causal, window, block_q, block_k, step=step,
-                  kernel_blocks=kernel_blocks, shapes=_shapes(q, k, k.shape[1], window))
-    out, _ = fn(
-        q, k, v, params, (q_positions, q_segment_ids), (kp, ks, km))
-    return out.astype(q.dtype)
+                  kernel_blocks=kernel_blocks, chunk_size=chunk_size, sink_tokens=sink_tokens,
+                  shapes=_shapes(q, k, window, chunk_size, sink_tokens))
+    out, lse = fn(q, k, v, params, (q_positions, q_segment_ids), (kp, ks, km))
+    return _add_sinks(out, lse, sinks).astype(q.dtype)
 
 
 def context_attention(q: Array, k: Array, v: Array, *, encoding: Encoding, params: Any,
@@ -287,21 +284,30 @@ def context_attention(q: Array, k: Array, v: Array, *, encoding: Encoding, param
                       k_mask: Array | None = None, window: int | None = None, mesh,
                       context_axis: str = "context", batch_axes: tuple[str, ...] = (),
                       mode: str = "ring", block_q: int = 256, block_k: int = 256,
-                      step: str = "auto", kernel_blocks: Any = None) -> Array:
+                      step: str = "auto", kernel_blocks: Any = None,
+                      chunk_size: int | None = None, sinks: Array | None = None,
+                      sink_tokens: int = 0) -> Array:
     """Attention of global arrays whose length axis is split over `context_axis` of `mesh`
     (a Mesh or AbstractMesh; inside `jax.jit` the one of `jax.set_mesh`).
 
     q [B, L, H, D], k, v [B, L, K, D] (already rotated at their positions), positions /
-    segment ids / k_mask [B|1, L], as `posenc_jax.model.attention.attend`; `step` and
+    segment ids / k_mask [B|1, L], window / chunk_size / sinks / sink_tokens as
+    `posenc_jax.model.attention.attend` (sinks float [H], entering once); `step` and
     `kernel_blocks` as `ring_attention` (the same in both modes). The batch axis is
     split over `batch_axes`, the length over `context_axis`; heads are not split here (a
     tensor-sharded head axis is gathered for the call). Returns [B, L, H, D] in q.dtype.
-    Raises ValueError for an unknown mode, an encoding blockwise attention cannot serve, or a
-    length / batch not divisible by its axes.
+    Raises ValueError for an unknown mode or step, an encoding or mask the step's backend
+    cannot serve (the registry's reason; "auto" as on a CPU host), bad window / chunk_size /
+    sink_tokens / sinks (as `attend`), or a length / batch not divisible by its axes.
     """
     check_mode(mode)
-    one_of("context_step", step, STEPS)
-    backends.check(backends.BLOCKWISE, encoding, causal=causal)  # CPU steps are blockwise
+    window, chunk_size, sink_tokens = check_local(window=window, chunk_size=chunk_size,
+                                                  sink_tokens=sink_tokens)
+    sinks = check_sinks(sinks, q.shape[2])
+    name = {"auto": backends.AUTO, "kernel": backends.PALLAS,
+            "blockwise": backends.BLOCKWISE}[one_of("context_step", step, STEPS)]
+    backends.check(name, encoding, causal=causal, lse=True,
+                   shapes=_shapes(q, k, window, chunk_size, sink_tokens))
     size = int(mesh.shape[context_axis])
     batch_axes = tuple(batch_axes)
     rows = 1
@@ -323,15 +329,16 @@ def context_attention(q: Array, k: Array, v: Array, *, encoding: Encoding, param
     metas = (q_positions, k_positions, q_segment_ids, k_segment_ids, k_mask)
     fn = ring_attention if mode == "ring" else all_gather_attention
 
-    def body(q, k, v, params, metas):
+    def body(q, k, v, params, metas, sinks):
         qp, kp, qs, ks, km = metas
         return fn(q, k, v, encoding=encoding, params=params, q_positions=qp, k_positions=kp,
                   causal=causal, q_segment_ids=qs, k_segment_ids=ks, k_mask=km, window=window,
                   axis_name=context_axis, axis_size=size, block_q=block_q, block_k=block_k,
-                  step=step, kernel_blocks=kernel_blocks)
+                  step=step, kernel_blocks=kernel_blocks, chunk_size=chunk_size, sinks=sinks,
+                  sink_tokens=sink_tokens)
 
     mapped = jax.shard_map(
         body, mesh=mesh, out_specs=heads, check_vma=False,
         in_specs=(heads, heads, heads, jax.tree.map(lambda _: P(), params),
-                  tuple(row_spec(x) for x in metas)))
-    return mapped(q, k, v, params, metas)
+                  tuple(row_spec(x) for x in metas), None if sinks is None else P()))
+    return mapped(q, k, v, params, metas, sinks)

@@ -1,6 +1,7 @@
 """Dense attention with explicit probabilities, for encodings whose hooks read what the fused
-`jax.nn.dot_product_attention` keeps inside: whole rows of logits (a `RowBias`, CoPE)
-or the attention weights (a `ValueTerm`, Shaw et al.'s a^V).
+`jax.nn.dot_product_attention` keeps inside: whole rows of logits (a `RowBias`, CoPE),
+the attention weights (a `ValueTerm`, Shaw et al.'s a^V), or a learned sink logit per head
+that joins every denominator (gpt-oss: p = e^s / (e^sink + sum e^s)).
 
     s = q k^T * scale (masked entries -1e30);  s += row_bias(..., logits=s);  p = softmax(s)
     out = p v + value_term(p)
@@ -30,9 +31,10 @@ Array = jax.Array
 
 def attend_explicit(q: Array, k: Array, v: Array, *, encoding: Encoding, params: Any,
                     q_positions: Array, k_positions: Array, mask: Array | None,
-                    scale: float) -> Array:
+                    scale: float, sinks: Array | None = None) -> Array:
     """q [B, Lq, H, D], k/v [B, Lk, K, D], positions [B|1, L], mask bool [B|1, 1, Lq, Lk] or
-    None -> [B, Lq, H, D] in q.dtype (float32 softmax)."""
+    None, sinks float [H] or None (a learned logit per head that joins every row's
+    denominator, gpt-oss) -> [B, Lq, H, D] in q.dtype (float32 softmax)."""
     b, lq, h, d = q.shape
     lk, kh = k.shape[1], k.shape[2]
     g = h // kh
@@ -47,10 +49,18 @@ def attend_explicit(q: Array, k: Array, v: Array, *, encoding: Encoding, params:
         s = s + bias
         if mask is not None:
             s = jnp.where(mask, s, jnp.float32(NEG))
-    p = jnp.exp(s - jax.lax.stop_gradient(jnp.max(s, axis=-1, keepdims=True)))
+    m = jnp.max(s, axis=-1, keepdims=True)
+    if sinks is not None:
+        sink = jnp.asarray(sinks, jnp.float32)[None, :, None, None]         # [1, H, 1, 1]
+        m = jnp.maximum(m, sink)
+    m = jax.lax.stop_gradient(m)
+    p = jnp.exp(s - m)
     if mask is not None:
         p = jnp.where(mask, p, jnp.float32(0.0))
-    p = normalise(p, jnp.sum(p, axis=-1, keepdims=True))                  # [B, H, Lq, Lk]
+    total = jnp.sum(p, axis=-1, keepdims=True)
+    if sinks is not None:
+        total = total + jnp.exp(sink - m)
+    p = normalise(p, total)                                                # [B, H, Lq, Lk]
     out = jnp.einsum("bkgqs,bskd->bkgqd", p.reshape(b, kh, g, lq, lk).astype(v.dtype), v,
                      preferred_element_type=jnp.float32).reshape(b, h, lq, d)
     if isinstance(encoding, ValueTerm):

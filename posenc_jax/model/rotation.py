@@ -39,7 +39,7 @@ def rotates_inside(encoding: Encoding, attention: str) -> bool:
     cache stay raw, and `attend` must be called with `rotated=False`."""
     if not isinstance(encoding, KernelRotary):
         return False
-    name = backends.resolve(attention, warn=False)
+    name = backends.resolve(attention)
     if name != backends.AUTO:
         return backends.get(name).rotates_inside
     return any(b.rotates_inside and b.supports(encoding) is None for b in map(

@@ -1,22 +1,27 @@
-"""Scan over layers: trace one block, run it `num_layers` times (`TransformerConfig.scan_layers`).
+"""How the blocks run: a Python loop, or `jax.lax.scan` over repeating groups of layers.
 
 A Python loop over L blocks traces and compiles L copies of the block, so compile time grows
 with depth. With `scan_layers=True` the model keeps its blocks as they are (the same
 parameters, names, logical axes and checkpoints as the loop), and at call time stacks each
-parameter over the layers (a leading axis of size L) and runs ONE traced block under
-`jax.lax.scan`, carrying the residual stream. The stacking is a copy of the block
-parameters inside the jitted step (and an unstack of their gradients): cheap beside the
-matmuls, and the price of keeping one parameter layout for both paths.
+parameter over the repeats of a group and runs ONE traced group under `jax.lax.scan`,
+carrying the residual stream. The stacking is a copy of the block parameters inside the
+jitted step (and an unstack of their gradients): cheap beside the matmuls, and the price of
+keeping one parameter layout for both paths.
 
-Measured on XLA:CPU (docs/performance.md): tracing is ~10x faster and the program ~4x
-smaller, but XLA:CPU compiles the while loop more slowly than the unrolled blocks, so the
-compile time of a whole train step does not drop on CPU; the per-layer stacking and the
-optimizer's per-layer leaves still grow with depth.
+The group is the smallest repeating run of per-layer settings (`layer_pattern.group_size`
+over `TransformerConfig.layer_specs`): one layer when every layer is alike; Gemma 3's five
+sliding layers and one global layer; Llama 4's three chunked RoPE layers and one NoPE layer.
+The group's layers are traced one after another inside the scan body (each with its own
+settings and parameter structure); a last partial group (26 Gemma 3 layers = 4 x 6 + 2) runs
+unrolled after the scan. A pattern that never repeats runs as the loop.
 
-Requires every layer to have the same encoding (a scan runs one program): `check_scannable`
-raises ValueError naming the layers that differ. A KV cache works as with the loop: the
-per-layer key/value buffers are stacked, scanned alongside the parameters, and returned
-per layer.
+Measured on XLA:CPU (docs/performance.md, benchmarks/scan_compile.py): tracing is ~10x
+faster and the program ~4x smaller, but XLA:CPU compiles the while loop more slowly than the
+unrolled blocks, so the compile time of a whole train step does not drop on CPU.
+
+A KV cache works as with the loop: the per-layer key/value buffers are stacked like the
+parameters, scanned alongside them, and returned per layer. Rematerialisation
+(`posenc_jax.model.remat`) wraps each block's pure call, in the loop and in the scan alike.
 
 Shapes: B batch, T new tokens, E embed dim; S cache slots, K kv heads, D head dim.
 """
@@ -30,60 +35,96 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-__all__ = ["check_scannable", "run_layers"]
+from posenc_jax.model import remat as remat_
+from posenc_jax.model.layer_pattern import group_size
+
+__all__ = ["run_blocks", "scan_plan"]
 
 Array = jax.Array
-
-
-def check_scannable(layer_encodings: tuple | None) -> None:
-    """ValueError unless every layer has the same encoding (None: one encoding for all)."""
-    if layer_encodings is None or len(set(layer_encodings)) <= 1:
-        return
-    first = layer_encodings[0]
-    i = next(i for i, e in enumerate(layer_encodings) if e != first)
-    raise ValueError(
-        f"scan_layers=True needs the same encoding in every layer (a scan runs one traced "
-        f"block), but layer_encodings[0]={_show(first)} differs from "
-        f"layer_encodings[{i}]={_show(layer_encodings[i])}; set scan_layers=False for "
-        "per-layer encodings")
-
-
-def _show(entry: tuple) -> str:
-    name, kwargs = entry
-    return repr(name) if not kwargs else f"({name!r}, {dict(kwargs)!r})"
 
 
 def _stack(trees: list) -> Any:
     return jax.tree.map(lambda *xs: jnp.stack(xs), *trees)
 
 
-def run_layers(layers, x: Array, positions: Array, segment_ids: Array | None,
-               memory: Any, rotary: Array | None = None) -> tuple[Array, list]:
-    """Runs the blocks `layers` (an nnx.List of identical-structure Blocks) as one scan.
+def scan_plan(specs: tuple) -> tuple[int, int]:
+    """(group size g, repeats r) of the scan over layers with settings `specs`: layers
+    [0, g r) are scanned, the rest run unrolled. r < 2 means no scan (the loop)."""
+    g = group_size(specs)
+    return g, len(specs) // g
+
+
+def _call(block, remat: str, *, in_scan: bool, layer: int):
+    """block(x, positions, segment_ids, memory, layer, rotary) as a function of
+    (state, x, positions, segment_ids, memory, rotary), under the remat policy."""
+    if remat == "none" and not in_scan:
+        return lambda _state, *args: block(*args[:4], layer, args[4])
+    graphdef = nnx.graphdef(block)
+
+    def pure(state, x, positions, segment_ids, memory, rotary):
+        return nnx.merge(graphdef, state)(x, positions, segment_ids, memory, layer, rotary)
+
+    return remat_.wrap(pure, remat, in_scan=in_scan)
+
+
+def run_blocks(layers, specs: tuple, x: Array, positions: Array, segment_ids: Array | None,
+               memory: Any, rotary: Array | None = None, *, scan: bool = False,
+               remat: str = "none") -> tuple[Array, list]:
+    """Runs the blocks `layers` (block i with settings specs[i]), looped or scanned in groups.
 
     Args:
       layers: the model's blocks; block i is called as `block(x, positions, segment_ids,
-        memory_i, 0, rotary)` where memory_i holds only layer i's buffers.
+        memory, i, rotary)` (in the scan: with a memory holding only its own buffers, 0).
+      specs: one `LayerSpec` per layer (equal specs: blocks of one structure).
       x: [B, T, E] residual stream; positions, segment_ids, rotary: as the blocks take them.
       memory: None, or a `kv_cache.Memory` whose `k`, `v` are per-layer [B, S, K, D] tuples.
+      scan: scan over the repeating groups (else the Python loop). remat: a policy name.
 
     Returns:
       (x [B, T, E], per-layer list of (k, v) buffers, or of Nones without memory).
     """
-    graphdef = nnx.graphdef(layers[0])
-    stacked = _stack([nnx.state(block) for block in layers])
     n = len(layers)
-    kv = None if memory is None else (jnp.stack(memory.k), jnp.stack(memory.v))
+    g, reps = scan_plan(specs) if scan else (n, 1)
+    new: list = [None] * n
+    start = 0
+    if reps >= 2:
+        x, scanned = _scan_groups(layers, g, reps, x, positions, segment_ids, memory, rotary,
+                                  remat)
+        new[:g * reps] = scanned
+        start = g * reps
+    for i in range(start, n):
+        block = layers[i]
+        state = None if remat == "none" else nnx.state(block)
+        x, new[i] = _call(block, remat, in_scan=False, layer=i)(
+            state, x, positions, segment_ids, memory, rotary)
+    return x, new
+
+
+def _scan_groups(layers, g: int, reps: int, x: Array, positions, segment_ids, memory,
+                 rotary, remat: str) -> tuple[Array, list]:
+    """The scan over `reps` repeats of the first g layers' group; per-layer (k, v) or Nones."""
+    members = [[layers[r * g + j] for r in range(reps)] for j in range(g)]
+    states = tuple(_stack([nnx.state(b) for b in blocks]) for blocks in members)
+    calls = [_call(blocks[0], remat, in_scan=True, layer=0) for blocks in members]
+    kv = None
+    if memory is not None:
+        kv = tuple((jnp.stack([memory.k[r * g + j] for r in range(reps)]),
+                    jnp.stack([memory.v[r * g + j] for r in range(reps)])) for j in range(g))
 
     def body(carry, xs):
-        state, buffers = xs
-        block = nnx.merge(graphdef, state)
-        mem = None if buffers is None else dataclasses.replace(
-            memory, k=(buffers[0],), v=(buffers[1],))
-        carry, new = block(carry, positions, segment_ids, mem, 0, rotary)
-        return carry, new
+        group_states, buffers = xs
+        out = []
+        for j in range(g):
+            mem = None if buffers is None else dataclasses.replace(
+                memory, k=(buffers[j][0],), v=(buffers[j][1],))
+            carry, new = calls[j](group_states[j], carry, positions, segment_ids, mem, rotary)
+            out.append(new)
+        return carry, tuple(out)
 
-    x, new = jax.lax.scan(body, x, (stacked, kv), length=n)
-    if new is None:
-        return x, [None] * n
-    return x, [(new[0][i], new[1][i]) for i in range(n)]
+    x, new = jax.lax.scan(body, x, (states, kv), length=reps)
+    per_layer: list = [None] * (g * reps)
+    if memory is not None:
+        for j in range(g):
+            for r in range(reps):
+                per_layer[r * g + j] = (new[j][0][r], new[j][1][r])
+    return x, per_layer

@@ -13,11 +13,12 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from posenc_jax.checks import integer_array
+from posenc_jax.checks import integer, integer_array, positive_int
 from posenc_jax.encodings.base import Encoding
 from posenc_jax.encodings.capabilities import QueryBias, RowBias
 
-__all__ = ["as_2d", "build_mask", "encoding_bias", "split_positions"]
+__all__ = ["as_2d", "build_mask", "check_local", "check_sinks", "encoding_bias",
+           "split_positions"]
 
 Array = jax.Array
 
@@ -58,28 +59,64 @@ def split_positions(positions, axes: int, length: int, batch: int, *, offset=0):
     return order, positions
 
 
+def check_local(*, window: Any = None, chunk_size: Any = None, sink_tokens: Any = 0
+                ) -> tuple[int | None, int | None, int]:
+    """(window, chunk_size, sink_tokens) validated: None or a positive int each, and an int
+    >= 0. TypeError / ValueError naming the key and the value."""
+    window = None if window is None else positive_int("window", window)
+    chunk_size = None if chunk_size is None else positive_int("chunk_size", chunk_size)
+    return window, chunk_size, integer("sink_tokens", sink_tokens, minimum=0)
+
+
+def check_sinks(sinks: Any, num_heads: int) -> Array | None:
+    """The learned sink logits as a float [H] array (None stays None); TypeError for an
+    integer array, ValueError for another shape, naming `sinks` and what is allowed."""
+    if sinks is None:
+        return None
+    sinks = jnp.asarray(sinks)
+    if not jnp.issubdtype(sinks.dtype, jnp.floating):
+        raise TypeError(f"sinks must be a float array of shape [H={num_heads}], got dtype "
+                        f"{sinks.dtype}")
+    if sinks.shape != (num_heads,):
+        raise ValueError(f"sinks must have shape [H={num_heads}] (one logit per query head), "
+                         f"got shape {sinks.shape}")
+    return sinks
+
+
 def build_mask(q_positions: Array, k_positions: Array, *, causal: bool,
                q_segment_ids: Array | None = None, k_segment_ids: Array | None = None,
-               k_mask: Array | None = None, window: int | None = None) -> Array | None:
+               k_mask: Array | None = None, window: int | None = None,
+               chunk_size: int | None = None, sink_tokens: int = 0) -> Array | None:
     """Boolean [B|1, 1, Lq, Lk] visibility mask (True = attend), or None when all visible.
 
-    All inputs are 2-D [B|1, L] (see `attend`). `window` (None: unlimited): a key is visible
-    only when `q_position - k_position < window` (HF Mistral / Gemma sliding window).
+    All inputs are 2-D [B|1, L] (see `attend`). The local rules, from positions:
+    `window` (None: unlimited): a key is visible only when `q_position - k_position < window`
+    (HF Mistral / Gemma sliding window); `chunk_size` c (None: no chunks): only when
+    `k_position // c == q_position // c` (Llama 4's chunked attention, floor division);
+    `sink_tokens` k: keys with `k_position < k` are exempt from the window and the chunk
+    (StreamingLLM's attention sinks; with neither rule there is nothing to exempt from).
+    Causality, segments and the key mask apply to every key.
     """
     mask = None
 
     def both(a, b):
         return b if a is None else jnp.logical_and(a, b)
 
+    qp, kp = q_positions[:, None, :, None], k_positions[:, None, None, :]
     if causal:
-        mask = k_positions[:, None, None, :] <= q_positions[:, None, :, None]
+        mask = kp <= qp
     if q_segment_ids is not None:
         mask = both(mask, q_segment_ids[:, None, :, None] == k_segment_ids[:, None, None, :])
     if k_mask is not None:
         mask = both(mask, k_mask.astype(bool)[:, None, None, :])
+    local = None
     if window is not None:
-        mask = both(mask, q_positions[:, None, :, None] - k_positions[:, None, None, :] < window)
-    return mask
+        local = qp - kp < window
+    if chunk_size is not None:
+        local = both(local, jnp.floor_divide(qp, chunk_size) == jnp.floor_divide(kp, chunk_size))
+    if local is not None and sink_tokens:
+        local = jnp.logical_or(local, kp < sink_tokens)
+    return mask if local is None else both(mask, local)
 
 
 def encoding_bias(encoding: Encoding, params: Any, q_positions: Array, k_positions: Array,

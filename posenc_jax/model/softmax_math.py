@@ -9,7 +9,9 @@ shaped like s with its last axis kept as 1:
 
 and at the end `normalise(acc, l)` = acc / l, with 0 for a row that saw no key (l == 0:
 zeros, never NaN); `log_normaliser(m, l)` = m + log l (the lse the backward pass uses), 0
-for such a row. `NEG` is a finite "minus infinity": exp(NEG - m) underflows to 0, never NaN.
+for such a row. A learned sink logit (gpt-oss) joins every row's denominator as one more
+logit whose value vector is zero: the state then starts at (m, l) = (sink, 1) instead of
+(NEG, 0) (`start`), and lse includes it. `NEG` is a finite "minus infinity": exp(NEG - m) underflows to 0, never NaN.
 
 All of it is float32 and elementwise / row reductions over the last axis, so the same
 functions run inside a Pallas kernel ([bq, bk] blocks) and in plain JAX ([..., bq, bk]).
@@ -19,10 +21,18 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
-__all__ = ["NEG", "log_normaliser", "normalise", "online_step"]
+__all__ = ["NEG", "log_normaliser", "normalise", "online_step", "start"]
 
 NEG = -1e30
 F32 = jnp.float32
+
+
+def start(shape: tuple, sink=None):
+    """(m, l) float32 of `shape` ([..., n, 1]) before any key: (NEG, 0), or (sink, 1) with a
+    sink logit (broadcastable to `shape`): exp(sink - m) enters the normaliser once."""
+    if sink is None:
+        return jnp.full(shape, NEG, F32), jnp.zeros(shape, F32)
+    return jnp.broadcast_to(jnp.asarray(sink, F32), shape), jnp.ones(shape, F32)
 
 
 def online_step(m, l, s, keep=None):

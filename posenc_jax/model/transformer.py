@@ -67,11 +67,13 @@ from posenc_jax.model.attention import as_2d, attend
 from posenc_jax.model.config import TransformerConfig
 from posenc_jax.model.generate import generate
 from posenc_jax.model.kv_cache import KVCache, init_cache
+from posenc_jax.model.layer_pattern import LayerSpec
 from posenc_jax.model.mlp import MLP
 from posenc_jax.model.norms import RMSNorm
 from posenc_jax.model.params import normal as _normal
 from posenc_jax.model.params import param as _param
 from posenc_jax.model.qkv import add_qkv_features, apply_qkv_features
+from posenc_jax.model.remat import tag_attention
 from posenc_jax.model.scores import split_positions
 
 __all__ = [
@@ -125,13 +127,15 @@ def _values(params: nnx.Dict) -> dict[str, Array]:
 
 
 class Attention(nnx.Module):
-    """Self-attention that calls its encoding's rotate and bias hooks; caches rotated keys."""
+    """Self-attention that calls its encoding's rotate and bias hooks; caches rotated keys.
+    `spec`: the layer's settings (`config.layer(i)`: encoding, window, chunk, QK L2-norm,
+    temperature); with `config.attention_sinks`, a learned sink logit per head (`sinks` [H])."""
 
-    def __init__(self, config: TransformerConfig, encoding: Encoding, *, rngs: nnx.Rngs,
-                 window: int | None = None):
+    def __init__(self, config: TransformerConfig, spec: LayerSpec, *, rngs: nnx.Rngs):
         e, h, kh, d = config.embed_dim, config.num_heads, config.num_kv_heads, config.head_dim
         pd = config.param_dtype
-        self.config, self.encoding, self.window = config, encoding, window
+        encoding = config.encoding_for(spec)
+        self.config, self.spec, self.encoding, self.window = config, spec, encoding, spec.window
         self.q_proj = _param(_normal(rngs.params(), (e, h, d), e), ("embed", "heads", "kv"),
                              pd)
         self.k_proj = _param(_normal(rngs.params(), (e, kh, d), e),
@@ -143,6 +147,8 @@ class Attention(nnx.Module):
         self.pe = encoding_params(encoding, rngs.params(), pd,
                                   hooks=("rotate", "bias"))
         add_qkv_features(self, config)  # bias, QK-norm (posenc_jax.model.qkv)
+        if config.attention_sinks:
+            self.sinks = _param(jnp.zeros((h,)), ("heads",), pd)
 
     def __call__(self, x: Array, positions: Array, segment_ids: Array | None,
                  memory: kv_cache.Memory | None, layer: int,
@@ -154,7 +160,7 @@ class Attention(nnx.Module):
         q = jnp.einsum("bte,ehd->bthd", x, self.q_proj[...].astype(dt))
         k = jnp.einsum("bte,ekd->btkd", x, self.k_proj[...].astype(dt))
         v = jnp.einsum("bte,ekd->btkd", x, self.v_proj[...].astype(dt))
-        q, k, v = apply_qkv_features(self, q, k, v)
+        q, k, v = apply_qkv_features(self, q, k, v, spec=self.spec, positions=positions)
         q = constrain(q, ("batch", "length", "heads", "kv"))
         k = constrain(k, ("batch", "length", "kv_heads", "kv"))
         v = constrain(v, ("batch", "length", "kv_heads", "kv"))
@@ -173,6 +179,8 @@ class Attention(nnx.Module):
             new = (k_all, v_all)
             k_all, v_all = k_all.astype(dt), v_all.astype(dt)  # a cache may store another dtype
             kp, ks, km = memory.positions, memory.segment_ids, memory.valid
+        masks = cfg.attention_masks(  # chunk, sinks, sink tokens: only where the layer has them
+            self.spec, sinks=self.sinks[...].astype(jnp.float32) if cfg.attention_sinks else None)
         if context is not None:
             out = context_parallel.context_attention(
                 q, k_all, v_all, encoding=self.encoding, params=pe, q_positions=positions,
@@ -180,27 +188,26 @@ class Attention(nnx.Module):
                 k_segment_ids=ks, mesh=context.mesh, context_axis=context.axis,
                 batch_axes=context.batch_axes, mode=cfg.context_mode,
                 block_q=cfg.block_size, block_k=cfg.block_size, window=self.window,
-                kernel_blocks=cfg.kernel_blocks)
+                kernel_blocks=cfg.kernel_blocks, **masks)
         else:
             out = attend(q, k_all, v_all, encoding=self.encoding, params=pe,
                          q_positions=positions, k_positions=kp, causal=cfg.causal,
                          q_segment_ids=segment_ids, k_segment_ids=ks, k_mask=km,
                          implementation=cfg.attention, block_q=cfg.block_size,
                          block_k=cfg.block_size, rotated=not raw,
-                         kernel_blocks=cfg.kernel_blocks, window=self.window)
-        out = constrain(out, ("batch", "length", "heads", "kv"))
+                         kernel_blocks=cfg.kernel_blocks, window=self.window, **masks)
+        out = tag_attention(constrain(out, ("batch", "length", "heads", "kv")))
         return jnp.einsum("bthd,hde->bte", out, self.o_proj[...].astype(dt)), new
 
 
 class Block(nnx.Module):
     """Pre-norm transformer block (with `post_norms`, also norms on both branch outputs)."""
 
-    def __init__(self, config: TransformerConfig, encoding: Encoding, *, rngs: nnx.Rngs,
-                 window: int | None = None):
+    def __init__(self, config: TransformerConfig, spec: LayerSpec, *, rngs: nnx.Rngs):
         kw = {"eps": config.norm_eps, "param_dtype": config.param_dtype,
               "offset": config.norm_offset}
         self.attn_norm = RMSNorm(config.embed_dim, **kw)
-        self.attn = Attention(config, encoding, rngs=rngs, window=window)
+        self.attn = Attention(config, spec, rngs=rngs)
         self.mlp_norm = RMSNorm(config.embed_dim, **kw)
         self.mlp = MLP(config, rngs=rngs)
         if config.post_norms:
@@ -230,8 +237,7 @@ class Transformer(nnx.Module):
         self.embedding = _param(_normal(rngs.params(), (v, e), e), ("vocab", "embed"), pd)
         self.input_pe = encoding_params(config.input_encoding, rngs.params(), pd,
                                         hooks=("embed",))
-        self.layers = nnx.List([Block(config, config.layer_encoding(i), rngs=rngs,
-                                      window=features.layer_window(config, i))
+        self.layers = nnx.List([Block(config, config.layer(i), rngs=rngs)
                                 for i in range(config.num_layers)])
         self.final_norm = RMSNorm(e, eps=config.norm_eps, param_dtype=pd,
                                   offset=config.norm_offset)
@@ -334,11 +340,6 @@ class Transformer(nnx.Module):
         x = cfg.input_encoding.embed(_values(self.input_pe), x, positions)
         x = constrain(x.astype(dt), ("batch", "length", "embed"))
         rotary = None if rotary is positions else rotary
-        if cfg.scan_layers:
-            x, new = scan.run_layers(self.layers, x, positions, segment_ids, memory, rotary)
-        else:
-            new = []
-            for i, layer in enumerate(self.layers):
-                x, kv = layer(x, positions, segment_ids, memory, i, rotary)
-                new.append(kv)
+        x, new = scan.run_blocks(self.layers, cfg.layer_specs, x, positions, segment_ids,
+                                 memory, rotary, scan=cfg.scan_layers, remat=cfg.remat)
         return self.final_norm(x), new

@@ -4,7 +4,7 @@
     config = hf_config(cfg, model_type)                # a dict for config.json
 
 This is the loader's table read backwards: the family records of
-`posenc_jax.pretrained.families` (class defaults, activation names, norms, windows) give the
+`posenc_jax.pretrained.families` (class, activation names, windows, Gemma features) give the
 keys, and the result is checked by reading it forwards again (`families.config_kwargs`): when
 the config read back is not the model's (a feature the family cannot hold), `hf_config` raises
 a ValueError naming each field that differs. Before that, `check_expressible` refuses what no
@@ -28,17 +28,12 @@ from posenc_jax._frozen import thaw
 from posenc_jax.encodings.rope import RoPE
 from posenc_jax.model.config import TransformerConfig
 from posenc_jax.model.features import embed_multiplier, softmax_scale
-from posenc_jax.pretrained.families import ARCHITECTURES, config_kwargs
+from posenc_jax.pretrained.families import FAMILIES, Family, by_model_type, claimed, config_kwargs
 
 __all__ = ["HF_ROPE_TYPES", "check_expressible", "choose_model_type", "hf_config"]
 
 #: The `rope_type`s transformers' causal LMs compute (modeling_rope_utils, 4.57 and 5.24).
 HF_ROPE_TYPES = ("default", "linear", "dynamic", "yarn", "longrope", "llama3")
-#: The model class transformers builds for each family (config.json's `architectures`).
-CLASSES = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM",
-           "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM",
-           "gemma": "GemmaForCausalLM", "gemma3_text": "Gemma3ForCausalLM"}
-_TEXT_TYPES = {"gemma3": "gemma3_text"}  # we hold (and write) the text model only
 # Fields a config read back must reproduce (the rest -- attention, dtypes, block sizes,
 # scan_layers -- say how to run the model, not what it computes).
 _SAME = ("vocab_size", "num_layers", "embed_dim", "num_heads", "mlp_dim", "num_kv_heads",
@@ -51,9 +46,8 @@ def _refuse(part: str, why: str) -> ValueError:
 
 
 def _uses(enc, hook: str) -> bool:
-    """Whether `enc` uses core hook `hook` (the declared `hooks`; the older `has_*` flags)."""
-    hooks = getattr(enc, "hooks", None)
-    return hook in hooks if hooks is not None else bool(getattr(enc, f"has_{hook}", False))
+    """Whether `enc` declares core hook `hook` ("embed", "rotate", "bias") in its `hooks`."""
+    return hook in enc.hooks
 
 
 def _what(enc) -> str:
@@ -63,32 +57,41 @@ def _what(enc) -> str:
             "changes attention in a way no RoPE can express")
 
 
-def _check_rope(enc: RoPE, where: str) -> None:
+def _check_rope(enc: RoPE, where: str, partial: bool) -> None:
     if enc.layout != "half":
         raise _refuse(f"{where}: layout={enc.layout!r}", "(transformers' Llama-style families "
                       "rotate the two halves, layout='half')")
     if enc.p_rope != 1.0 or enc.resonance:
         raise _refuse(f"{where}: p_rope={enc.p_rope}, resonance={enc.resonance}",
                       "has no transformers rope_parameters key")
-    if enc.rotary_dim != enc.head_dim:
+    if enc.rotary_dim != enc.head_dim and not partial:
         raise _refuse(f"{where}: rotary_dim={enc.rotary_dim} < head_dim={enc.head_dim}",
-                      "(partial rotary): the families exported here rotate the whole head")
+                      "(partial rotary): this family rotates the whole head (those that "
+                      f"rotate part: {_names(f for f in FAMILIES if f.partial_rotary)})")
+    if getattr(enc, "unscaled_start", 0) and enc.scaling is not None:
+        raise _refuse(f"{where}: unscaled_start={enc.unscaled_start}", "(LongRoPE's first "
+                      "positions at the unscaled frequencies) has no transformers rope_parameters "
+                      "key; search with the start count kept at 0 to export")
     kind = (enc.scaling_dict or {}).get("rope_type", "default")
     if kind not in HF_ROPE_TYPES:
         raise _refuse(f"{where}: RoPE scaling rope_type={kind!r}",
                       f"is not a transformers rope_type (those: {', '.join(HF_ROPE_TYPES)})")
 
 
-def check_expressible(cfg: TransformerConfig) -> None:
-    """ValueError naming the part of `cfg` that no exported family can express (see module)."""
+def _names(families) -> str:
+    return ", ".join(f.model_type for f in families)
+
+
+def check_expressible(cfg: TransformerConfig, family: Family | None = None) -> None:
+    """ValueError naming the part of `cfg` that no exported family can express (see module);
+    with `family`, also what that family cannot (partial rotary)."""
     if not isinstance(cfg, TransformerConfig):
         raise TypeError(f"cfg must be a TransformerConfig, got {type(cfg).__name__}")
     first = cfg.input_encoding
     if _uses(first, "embed"):
         raise _refuse(f"encoding={cfg.encoding!r}", f"({_what(first)}) has no transformers "
-                      "equivalent in the families exported here (llama, mistral, qwen2, qwen3, "
-                      "gemma, gemma3_text: they all rotate q and k with RoPE); only 'rope' can "
-                      "be exported")
+                      f"equivalent in the families exported here ({_names(FAMILIES)}: they all "
+                      "rotate q and k with RoPE); only 'rope' can be exported")
     for i in range(cfg.num_layers):
         enc = cfg.layer_encoding(i)
         where = (f"encoding={cfg.encoding!r}" if cfg.layer_encodings is None
@@ -96,10 +99,10 @@ def check_expressible(cfg: TransformerConfig) -> None:
         if not isinstance(enc, RoPE):
             what = "does not encode positions at all (NoPE)" if enc.name == "nope" else (
                 f"({_what(enc)})")
-            raise _refuse(where, f"{what}: transformers' families exported here (llama, "
-                          "mistral, qwen2, qwen3, gemma, gemma3_text) rotate q and k with RoPE "
-                          "in every layer; only 'rope' layers can be exported")
-        _check_rope(enc, where)
+            raise _refuse(where, f"{what}: transformers' families exported here "
+                          f"({_names(FAMILIES)}) rotate q and k with RoPE in every layer; only "
+                          "'rope' layers can be exported")
+        _check_rope(enc, where, partial=family is not None and family.partial_rotary)
     if not cfg.causal:
         raise _refuse("causal=False", "(bidirectional attention): the families exported here "
                       "are causal LMs")
@@ -114,20 +117,11 @@ def check_expressible(cfg: TransformerConfig) -> None:
 
 def choose_model_type(cfg: TransformerConfig, hint: str | None = None) -> str:
     """The family to export as: `hint` (the loaded checkpoint's model_type) when it is one, else
-    the one whose features `cfg` has (Gemma 3's post-norms, Gemma's sqrt(E) embedding scale,
-    Qwen2's qkv bias, Qwen3's QK-norm, Mistral's window, else Llama)."""
-    hint = _TEXT_TYPES.get(hint, hint)
-    if hint in CLASSES:
-        return hint
-    if cfg.post_norms:
-        return "gemma3_text"
-    if cfg.embed_scale is not None:
-        return "gemma"
-    if cfg.qkv_bias:
-        return "qwen2"
-    if cfg.qk_norm:
-        return "qwen3"
-    return "mistral" if cfg.sliding_window is not None else "llama"
+    the first family of `families.CHOICE` that claims `cfg`'s features (the most specific first:
+    Gemma 3's post-norms, Gemma's sqrt(E) embedding scale, Qwen2's qkv bias, Qwen3's QK-norm,
+    Mistral's window, else Llama)."""
+    named = [f for f in FAMILIES if hint is not None and hint in (f.model_type, *f.aliases)]
+    return named[0].model_type if named else claimed(cfg).model_type
 
 
 def _rope_dict(enc: RoPE) -> dict[str, Any]:
@@ -158,63 +152,72 @@ def _layer_ropes(cfg: TransformerConfig) -> tuple[list[str], dict[str, dict]]:
     return types, params
 
 
-def _windows(cfg: TransformerConfig, model_type: str) -> dict[str, Any]:
+def _windows(cfg: TransformerConfig, family: Family) -> dict[str, Any]:
     windows = cfg.sliding_window
     sizes = sorted({w for w in windows or () if w is not None})
     if len(sizes) > 1:
         raise _refuse(f"sliding_window={list(windows)}", "has several window sizes; a "
                       "transformers config has one `sliding_window`")
     size = sizes[0] if sizes else None
-    kind = ARCHITECTURES[model_type].windows
+    kind = family.windows
     if kind == "all":
         return {"sliding_window": size}
-    if kind == "qwen":
+    if kind == "qwen":  # windows from max_window_layers on; any other pattern: layer_types
         first = next((i for i, w in enumerate(windows or ()) if w is not None), cfg.num_layers)
-        return {"use_sliding_window": size is not None, "sliding_window": size,
-                "max_window_layers": first}
+        out = {"use_sliding_window": size is not None, "sliding_window": size,
+               "max_window_layers": first}
+        if any(w is None for w in (windows or ())[first:]):
+            out["layer_types"] = ["full_attention" if w is None else "sliding_attention"
+                                  for w in windows]
+        return out
     if kind == "layer_types":
         return {"sliding_window": size}
     return {}
 
 
-def _activation(model_type: str, mlp_activation: str) -> dict[str, str]:
-    arch = ARCHITECTURES[model_type]
-    names = {ours: theirs for theirs, ours in arch.activations.items()}
+def _activation(family: Family, mlp_activation: str) -> dict[str, str]:
+    names = {ours: theirs for theirs, ours in family.activations.items()}
     if mlp_activation not in names:
         raise _refuse(f"mlp_activation={mlp_activation!r}", f"is not an activation of "
-                      f"model_type={model_type!r} (it has {sorted(names)})")
-    return {arch.activation_key: names[mlp_activation]}
+                      f"model_type={family.model_type!r} (it has {sorted(names)})")
+    return {family.activation_key: names[mlp_activation]}
 
 
-def _draft(cfg: TransformerConfig, model_type: str, base: Mapping[str, Any]) -> dict[str, Any]:
+def _draft(cfg: TransformerConfig, family: Family, base: Mapping[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {
-        "architectures": [CLASSES[model_type]], "model_type": model_type,
+        "architectures": [family.export_class], "model_type": family.model_type,
         "vocab_size": cfg.vocab_size, "hidden_size": cfg.embed_dim,
         "intermediate_size": cfg.mlp_dim, "num_hidden_layers": cfg.num_layers,
         "num_attention_heads": cfg.num_heads, "num_key_value_heads": cfg.num_kv_heads,
         "head_dim": cfg.head_dim, "rms_norm_eps": cfg.norm_eps,
         "tie_word_embeddings": cfg.tie_embeddings, "attention_bias": False,
-        "dtype": cfg.param_dtype, **_activation(model_type, cfg.mlp_activation),
-        **_windows(cfg, model_type)}
+        "dtype": cfg.param_dtype, **_activation(family, cfg.mlp_activation),
+        **_windows(cfg, family)}
     for key in ("bos_token_id", "eos_token_id", "pad_token_id", "max_position_embeddings"):
         if base.get(key) is not None:
             out[key] = base[key]
-    if model_type == "gemma3_text":
+    if family.gemma:  # a RoPE per layer type
         out["layer_types"], out["rope_parameters"] = _layer_ropes(cfg)
         scalar = cfg.query_pre_attn_scalar or cfg.head_dim  # transformers wants an int
         out.update(query_pre_attn_scalar=int(scalar) if float(scalar).is_integer() else scalar,
                    final_logit_softcapping=cfg.final_logit_softcap,
                    attn_logit_softcapping=None)
     else:
-        rope = _rope_dict(_single_rope(cfg))
+        enc = _single_rope(cfg)
+        rope = _rope_dict(enc)
+        if family.partial_rotary:  # 5.x reads it in rope_parameters, 4.x at the top
+            rope["partial_rotary_factor"] = out["partial_rotary_factor"] = (
+                enc.rotary_dim / enc.head_dim)
         out["rope_parameters"] = rope
+        out.update({k: rope[k] for k in family.rope_top_level if k in rope})
         out["rope_theta"] = rope["rope_theta"]
-        scaling = {k: v for k, v in rope.items() if k != "rope_theta"}
+        scaling = {k: v for k, v in rope.items()
+                   if k not in ("rope_theta", "partial_rotary_factor")}
         out["rope_scaling"] = scaling if scaling["rope_type"] != "default" else None
     # max_position_embeddings: the RoPE's own (a loaded checkpoint's), else the length a
     # scaled RoPE implies, else the caller's (a training run's seq_len)
     ropes = out["rope_parameters"]
-    implied = {_implied_max(r) for r in (ropes.values() if "layer_types" in out else [ropes])}
+    implied = {_implied_max(r) for r in (ropes.values() if family.gemma else [ropes])}
     implied.discard(None)
     if len(implied) == 1:
         out["max_position_embeddings"] = implied.pop()
@@ -261,14 +264,12 @@ def hf_config(cfg: TransformerConfig, model_type: str, *,
               base: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """config.json for `cfg` as `model_type` (see module); `base`: the loaded checkpoint's own
     config.json, whose token ids and max_position_embeddings are kept."""
-    check_expressible(cfg)
-    model_type = _TEXT_TYPES.get(model_type, model_type)
-    if model_type not in CLASSES:
-        raise ValueError(f"unknown model_type {model_type!r} to export as; valid: "
-                         f"{', '.join(map(repr, CLASSES))}")
+    family = by_model_type(model_type, where="export")
+    check_expressible(cfg, family)
+    model_type = family.model_type
     base = dict(base or {})
     base.update(base.pop("text_config", None) or {})
-    out = _draft(cfg, model_type, base)
+    out = _draft(cfg, family, base)
     back = TransformerConfig(**config_kwargs(out, where=f"the exported {model_type} config"))
     diff = _differences(cfg, back)
     if diff:

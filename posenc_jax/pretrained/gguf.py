@@ -7,13 +7,15 @@
     ckpt.tensor(name)            # np.ndarray float32, dequantised with gguf.quants.dequantize
     ckpt.field("tokenizer.ggml.tokens")   # any metadata value (the tokenizer reads its own)
 
-`tensor` gives exactly what transformers 5.24 holds after loading the file: llama.cpp stores
-Llama's q/k projection rows permuted for its interleaved RoPE (per head, [d/2 pairs, 2] ->
-[2, d/2]) and the llama architecture's rows are put back; Gemma's `*norm.weight` are stored as
-1 + w and come back as w (the model adds the 1). The file is memory-mapped: nothing but the
+`tensor` gives exactly what transformers 5.24 holds after loading the file: the family record's
+GGUF fixes are applied (`Family.gguf.fixes`: llama.cpp stores the llama architecture's q/k
+projection rows permuted for its interleaved RoPE, per head [d/2 pairs, 2] -> [2, d/2], and
+they are put back; Gemma's `*norm.weight` are stored as 1 + w and come back as w, the model
+adding the 1). The file is memory-mapped: nothing but the
 metadata is read until a tensor is asked for. A file that is not GGUF, is truncated, or holds a
-tensor that does not dequantise to finite values raises ValueError naming the file (and the
-tensor). Tensors that transformers' models have no parameter for (`rope_freqs.weight`) are left
+names a tensor twice, has a metadata value of the wrong type (`gguf_metadata`), or holds a tensor
+that is not floating point or does not dequantise to finite values (`tensor_values`) raises
+ValueError naming the file (and the key or tensor). Tensors that transformers' models have no parameter for (`rope_freqs.weight`) are left
 out of `names()`; any other unknown tensor name is an error, not a silent skip.
 """
 
@@ -26,7 +28,10 @@ from typing import Any
 import numpy as np
 from gguf import quants
 
-from posenc_jax.pretrained import gguf_config, gguf_format
+from posenc_jax.pretrained import gguf_config, gguf_format, gguf_metadata
+from posenc_jax.pretrained.families import for_gguf
+from posenc_jax.pretrained.families.transforms import unpermute_rows as _unpermute_rows  # noqa: F401 (tests)
+from posenc_jax.pretrained.tensor_values import checked_weights, float_dtype
 
 __all__ = ["GGUFCheckpoint", "open_gguf"]
 
@@ -37,15 +42,16 @@ class GGUFCheckpoint:
     def __init__(self, path: str | os.PathLike):
         self.path = pathlib.Path(path)
         parsed = gguf_format.read_gguf(self.path)
-        self._fields = parsed.fields
+        self._fields = gguf_metadata.checked_fields(parsed, where=str(self.path))
         self.arch = self._fields.get("general.architecture")
         file_names = [t.name for t in parsed.tensors]
         self.config = gguf_config.hf_config(self._fields, file_names, where=str(self.path))
+        self._spec = for_gguf(self._fields, where=str(self.path)).gguf
         self._tensors: dict[str, gguf_format.TensorInfo] = {}
         for t in parsed.tensors:
             if t.name in gguf_config.IGNORED:
                 continue
-            hf = gguf_config.hf_tensor_name(t.name, self.arch)
+            hf = gguf_config.hf_tensor_name(t.name, self._spec)
             if hf is None:
                 raise ValueError(f"{self.path}: tensor {t.name!r}: no Hugging Face "
                                  f"{self.config['model_type']} parameter has this GGUF name")
@@ -73,21 +79,17 @@ class GGUFCheckpoint:
     def tensor(self, name: str) -> np.ndarray:
         """Tensor `name` (a Hugging Face name) as a new float32 array in Hugging Face layout."""
         t = self._info(name)
+        float_dtype(self.path, name, t.ggml_type.name, gguf=True)  # I8..I64: refused
         try:
-            w = np.asarray(quants.dequantize(t.data, t.ggml_type), dtype=np.float32)
+            w = np.asarray(quants.dequantize(t.data, t.ggml_type))
         except (NotImplementedError, ValueError) as e:
             raise ValueError(f"{self.path}: tensor {name!r} (GGUF {t.name!r}, "
                              f"{t.ggml_type.name}): cannot dequantise: {e}") from e
-        w = w.reshape(self.shape(name))
-        if not np.all(np.isfinite(w)):
-            raise ValueError(f"{self.path}: tensor {name!r} (GGUF {t.name!r}): holds "
-                             f"{int(np.sum(~np.isfinite(w)))} non-finite values (corrupt file?)")
-        if self.arch == "llama" and (".attn_q." in t.name or ".attn_k." in t.name):
-            heads = self.config["num_attention_heads" if ".attn_q." in t.name
-                                else "num_key_value_heads"]
-            w = _unpermute_rows(w, heads)
-        if self.arch == "gemma3" and t.name.endswith("norm.weight"):
-            w = w - np.float32(1.0)
+        w = checked_weights(self.path, name, w.reshape(self.shape(name)),
+                            also=f" (GGUF {t.name!r})")
+        fix = self._spec.fixes.get(gguf_config.gguf_part(t.name))
+        if fix is not None:
+            w = fix(w, self.config)
         return np.array(w, dtype=np.float32, copy=True)
 
     def _info(self, name: str):
@@ -100,17 +102,6 @@ class GGUFCheckpoint:
     def __repr__(self) -> str:
         return (f"GGUFCheckpoint({str(self.path)!r}, model_type={self.config['model_type']!r}, "
                 f"{len(self._tensors)} tensors)")
-
-
-def _unpermute_rows(w: np.ndarray, heads: int) -> np.ndarray:
-    """Undo llama.cpp's q/k row order: per head its rows are stored as [pair, 2] pairs
-    (interleaved RoPE), Hugging Face's order is [2, pair] (rotate-half). w: [heads * d, ...]."""
-    rows = w.shape[0]
-    if rows % (2 * heads):
-        raise ValueError(f"q/k projection with {rows} rows does not split into {heads} heads "
-                         "of an even size")
-    half = rows // heads // 2
-    return w.reshape(heads, half, 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
 
 def open_gguf(path: str | os.PathLike) -> GGUFCheckpoint:

@@ -32,6 +32,9 @@ _SCALARS = {0: ("<B", np.uint8), 1: ("<b", np.int8), 2: ("<H", np.uint16), 3: ("
             4: ("<I", np.uint32), 5: ("<i", np.int32), 6: ("<f", np.float32), 7: ("<?", np.bool_),
             10: ("<Q", np.uint64), 11: ("<q", np.int64), 12: ("<d", np.float64)}
 _STRING, _ARRAY = 8, 9
+TYPE_NAMES = {0: "uint8", 1: "int8", 2: "uint16", 3: "int16", 4: "uint32", 5: "int32",
+              6: "float32", 7: "bool", 8: "string", 9: "array", 10: "uint64", 11: "int64",
+              12: "float64"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,9 +50,13 @@ class TensorInfo:
 
 @dataclasses.dataclass(frozen=True)
 class GGUFFile:
+    """`types[key]`: the GGUF value type of `fields[key]` ("uint32", "float32", "string",
+    "array[string]", ...), as `gguf_metadata` checks it."""
+
     version: int
     fields: dict[str, Any]
     tensors: list[TensorInfo]
+    types: dict[str, str] = dataclasses.field(default_factory=dict)
 
 
 class _Cursor:
@@ -116,17 +123,39 @@ def read_gguf(path: str | os.PathLike) -> GGUFFile:
                          "big-endian file reads as a huge version)")
     n_tensors, n_fields = cur.take("<Q"), cur.take("<Q")
     fields: dict[str, Any] = {}
+    types: dict[str, str] = {}
     for _ in range(n_fields):
         key = cur.string()
-        fields[key] = cur.value(cur.take("<I"), key)
-    table = []
+        if key in fields:
+            raise ValueError(f"{where}: metadata key {key!r} appears twice (corrupt file?)")
+        type_id = cur.take("<I")
+        start_of_value = cur.pos
+        fields[key] = cur.value(type_id, key)
+        types[key] = _type_name(buf, start_of_value, type_id)
+    table, seen = [], set()
     for _ in range(n_tensors):
         name = cur.string()
+        if name in seen:
+            raise ValueError(f"{where}: tensor {name!r} appears twice in the tensor table "
+                             "(a GGUF file names each tensor once)")
+        seen.add(name)
         dims = [cur.take("<Q") for _ in range(cur.take("<I"))]
         table.append((name, tuple(reversed(dims)), cur.take("<I"), cur.take("<Q")))
-    align = int(fields.get("general.alignment", 32))
+    align = fields.get("general.alignment", 32)
+    if (isinstance(align, bool) or not isinstance(align, int) or align <= 0
+            or align & (align - 1)):
+        raise ValueError(f"{where}: metadata 'general.alignment' must be a power of two >= 1 "
+                         f"(the GGUF spec; 32 when absent), got {align!r}")
     start = -(-cur.pos // align) * align
-    return GGUFFile(version, fields, [_tensor(buf, where, start, *row) for row in table])
+    return GGUFFile(version, fields, [_tensor(buf, where, start, *row) for row in table], types)
+
+
+def _type_name(buf: mmap.mmap, pos: int, type_id: int) -> str:
+    """"uint32", ..., or "array[<element type>]" (read back from the value's first bytes)."""
+    if type_id != _ARRAY:
+        return TYPE_NAMES[type_id]
+    (sub,) = struct.unpack_from("<I", buf, pos)
+    return f"array[{TYPE_NAMES.get(sub, sub)}]"
 
 
 def _tensor(buf: mmap.mmap, where: str, start: int, name: str, shape: tuple[int, ...],

@@ -116,21 +116,62 @@ def _gemma(tokens: list[str]) -> Tokenizer:
     return tok
 
 
-def build_gguf_tokenizer(field: Any, *, where: str) -> tuple[Tokenizer, dict[str, Any]]:
+def _checked_vocabulary(field: Any, tokens: list[str], rows: int | None, where: str) -> None:
+    """ValueError naming `where` and the key: fewer tokens than embedding rows, a token type
+    list of another length, or a bos / eos / unk / pad id outside [0, len(tokens))."""
+    if rows is not None and len(tokens) < rows:
+        raise ValueError(f"{where}: tokenizer.ggml.tokens has {len(tokens)} tokens but the "
+                         f"embedding has {rows} rows: ids {len(tokens)}..{rows - 1} would have "
+                         "no text (llama.cpp needs one token per row)")
+    types = field("tokenizer.ggml.token_type")
+    if types is not None and len(types) != len(tokens):
+        raise ValueError(f"{where}: tokenizer.ggml.token_type has {len(types)} entries, "
+                         f"tokenizer.ggml.tokens {len(tokens)}: one type per token")
+    for key in ("bos", "eos", "unknown", "padding"):
+        value = field(f"tokenizer.ggml.{key}_token_id")
+        if value is not None and not 0 <= int(value) < len(tokens):
+            raise ValueError(f"{where}: tokenizer.ggml.{key}_token_id = {int(value)} is "
+                             f"outside the vocabulary [0, {len(tokens)}) of "
+                             "tokenizer.ggml.tokens")
+
+
+def _merges(field: Any, where: str) -> list[str]:
+    merges = field("tokenizer.ggml.merges")
+    if not merges:
+        raise ValueError(f"{where}: tokenizer.ggml.model='gpt2' (byte-level BPE) needs "
+                         "tokenizer.ggml.merges, which the file lacks or leaves empty: without "
+                         "merges every text splits into single bytes")
+    bad = next((m for m in merges if len(m.split(" ")) != 2), None)
+    if bad is not None:
+        raise ValueError(f"{where}: tokenizer.ggml.merges holds {bad!r}, not two tokens "
+                         "joined by one space")
+    return merges
+
+
+def build_gguf_tokenizer(field: Any, *, where: str,
+                         rows: int | None = None) -> tuple[Tokenizer, dict[str, Any]]:
     """(tokenizer, info) from a GGUF file's metadata; `field(key, default)` reads a value.
 
     info: `bos_id`, `eos_id` (int or None), `add_bos`, `add_eos` (what the file asks for;
-    the tokenizer's post-processor already adds them). ValueError naming `where` for a
-    tokenizer model this does not build.
+    the tokenizer's post-processor already adds them). `rows`: the embedding's rows, when
+    known (fewer tokens than rows is refused). ValueError naming `where` and the key for a
+    tokenizer model this does not build, a gpt2 model without merges (or merges naming tokens
+    the vocabulary lacks), or a special token id outside the vocabulary.
     """
     kind, arch = field("tokenizer.ggml.model"), field("general.architecture")
     tokens = field("tokenizer.ggml.tokens")
     if tokens is None:
         raise ValueError(f"{where}: the GGUF file has no tokenizer.ggml.tokens (no vocabulary)")
+    _checked_vocabulary(field, tokens, rows, where)
     types = [int(t) for t in field("tokenizer.ggml.token_type", [])]
     specials: list[str] = []
     if kind == "gpt2":
-        tok = _byte_level(tokens, field("tokenizer.ggml.merges", []), field("tokenizer.ggml.pre"))
+        merges = _merges(field, where)
+        try:
+            tok = _byte_level(tokens, merges, field("tokenizer.ggml.pre"))
+        except Exception as e:  # tokenizers raises a bare Exception
+            raise ValueError(f"{where}: tokenizer.ggml.merges do not fit tokenizer.ggml.tokens "
+                             f"({e})") from None
         alphabet = set(byte_alphabet().values())
         control = [t for t, ty in zip(tokens, types) if ty == CONTROL and set(t) <= alphabet]
         add_bos_default = False

@@ -5,15 +5,16 @@
 Order, so that a bad checkpoint never gives a half-loaded model:
 
 1. the config: the family's config.json (with `rope_scaling` in place of the checkpoint's own,
-   if given) -> `TransformerConfig` (`families.config_kwargs`);
-2. the plan: every checkpoint tensor's target param and expected shape (`names.targets`),
-   checked against the checkpoint's names and shapes WITHOUT reading any tensor -- a missing,
-   extra or misshapen tensor is a ValueError naming the file and the tensor;
-3. the abstract model (`nnx.eval_shape`: shapes, dtypes and shardings, no memory);
-4. the tensors, one at a time: read (float32), change layout, cast to `dtype`, `device_put`
-   straight into the param's sharding (the mesh and logical axis rules of the caller's
-   `jax.set_mesh` / `nnx.logical_axis_rules`, if any). The host holds one tensor (and its
-   converted copy) at a time, never the whole checkpoint.
+   if given) -> `TransformerConfig` through the family's record (`families.config_kwargs`);
+2. the abstract model (`nnx.eval_shape`: shapes, dtypes and shardings, no memory);
+3. the plan: every checkpoint tensor's target param(s) and expected shape (`names.targets`,
+   the record's tensor table), checked against the checkpoint's names and shapes WITHOUT
+   reading any tensor -- a missing, extra or misshapen tensor is a ValueError naming the file
+   and the tensor;
+4. the tensors, one at a time: read (float32), change layout (a fused tensor is split into its
+   params), cast to `dtype`, `device_put` straight into the param's sharding (the mesh and
+   logical axis rules of the caller's `jax.set_mesh` / `nnx.logical_axis_rules`, if any). The
+   host holds one tensor (and its converted copies) at a time, never the whole checkpoint.
 
 Context extension in one argument: `rope_scaling` is a Hugging Face `rope_scaling` /
 `rope_parameters` dict ({"rope_type": "yarn", "factor": 2.0, ...}); it replaces the
@@ -31,15 +32,14 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from flax import nnx
 
 from posenc_jax.encodings.hf.read import layer_types, resolve, text_config
 from posenc_jax.model.config import TransformerConfig
 from posenc_jax.model.transformer import Transformer
 from posenc_jax.pretrained.checkpoint import tensor_error
-from posenc_jax.pretrained.families import architecture_of, config_kwargs
-from posenc_jax.pretrained.names import ignored, prefix_of, targets
+from posenc_jax.pretrained.families import config_kwargs, family_of_config
+from posenc_jax.pretrained.names import ignored, param_shapes, prefix_of, targets
 
 __all__ = ["DTYPES", "build", "with_rope_scaling"]
 
@@ -80,9 +80,9 @@ def with_rope_scaling(config: Mapping[str, Any], rope_scaling: Mapping | None) -
     return out
 
 
-def _plan(ckpt, cfg: TransformerConfig, arch) -> dict:
+def _plan(ckpt, cfg: TransformerConfig, family, shapes: dict) -> dict:
     names = ckpt.names()
-    plan = targets(cfg, arch, prefix_of(names))
+    plan = targets(cfg, family, prefix_of(names), shapes=shapes)
     missing = [n for n in plan if n not in set(names)]
     if missing:
         raise tensor_error(ckpt.path, missing[0], f"missing from the checkpoint "
@@ -139,24 +139,27 @@ def build(ckpt, *, dtype: str = "float32", rope_scaling: Mapping | None = None,
         raise ValueError(f"unknown dtype {dtype!r}; valid: {', '.join(map(repr, DTYPES))}")
     hf = with_rope_scaling(ckpt.config, rope_scaling)
     text_config(hf)  # TypeError for a config that is not a dict of dicts
-    arch, _, _ = architecture_of(hf, ckpt.path)
+    family, _, _ = family_of_config(hf, ckpt.path)
     cfg = TransformerConfig(**config_kwargs(hf, where=ckpt.path), dtype=dtype,
                             param_dtype=dtype, attention=attention)
-    plan = _plan(ckpt, cfg, arch)
     model = nnx.eval_shape(lambda: Transformer(cfg, rngs=nnx.Rngs(0)))
-    paths = {path for path, _ in nnx.to_flat_state(nnx.state(model, nnx.Param))}
-    unfilled = paths - {t.path for t in plan.values()}
+    shapes = param_shapes(model)
+    plan = _plan(ckpt, cfg, family, shapes)
+    unfilled = set(shapes) - {p.path for t in plan.values() for p in t.parts}
     if unfilled:  # a family record that forgot a param: never return it half loaded
         raise ValueError(f"{ckpt.path}: no checkpoint tensor fills the model's params "
                          f"{sorted(map(str, unfilled))[:3]}")
     np_dtype = jnp.dtype(dtype)
     for name, target in plan.items():
-        variable = _variable(model, target.path)
-        abstract = variable.get_value()
-        value = target.convert(ckpt.tensor(name))
-        if value.shape != abstract.shape:
-            raise tensor_error(_file(ckpt, name), name, f"converts to shape {value.shape}, the "
-                               f"model's param {target.path} is {abstract.shape}")
-        variable.set_value(jax.device_put(value.astype(np_dtype), _sharding(abstract)))
-        del value
+        tensor = ckpt.tensor(name)
+        for part in target.parts:
+            variable = _variable(model, part.path)
+            abstract = variable.get_value()
+            value = part.convert(tensor)
+            if value.shape != abstract.shape:
+                raise tensor_error(_file(ckpt, name), name, f"converts to shape {value.shape}, "
+                                   f"the model's param {part.path} is {abstract.shape}")
+            variable.set_value(jax.device_put(value.astype(np_dtype), _sharding(abstract)))
+            del value
+        del tensor
     return model, cfg, hf

@@ -1,16 +1,13 @@
-"""Hugging Face tensor names -> the NNX model's params, with the layout change of each.
+"""A family's Hugging Face tensor table (`Family.hf_tensors`) expanded for one model.
 
-    model.embed_tokens.weight                   [V, E]      -> embedding [V, E]
-    model.layers.N.self_attn.q_proj.weight      [H*D, E]    -> layers.N.attn.q_proj [E, H, D]
-    model.layers.N.self_attn.k_proj / v_proj    [K*D, E]    -> attn.k_proj / v_proj [E, K, D]
-    model.layers.N.self_attn.o_proj.weight      [E, H*D]    -> attn.o_proj [H, D, E]
-    model.layers.N.self_attn.{q,k,v}_proj.bias  [H*D|K*D]   -> attn.{q,k,v}_bias [H|K, D]
-    model.layers.N.self_attn.{q,k}_norm.weight  [D]         -> attn.{q,k}_norm.scale
-    model.layers.N.mlp.{gate,up}_proj.weight    [F, E]      -> mlp.gate / mlp.up [E, F]
-    model.layers.N.mlp.down_proj.weight         [E, F]      -> mlp.down [F, E]
-    model.layers.N.<norm>.weight                [E]         -> the block's norms (family order)
-    model.norm.weight                           [E]         -> final_norm.scale
-    lm_head.weight                              [V, E]      -> unembed [E, V] (untied only)
+    plan = targets(cfg, family, prefix="model.")   # {HF name: Target}, in the table's order
+
+Each `Row` of the record is expanded over the layers (`{i}`) and kept when the model has its
+params (q / k / v biases only with `qkv_bias`, `lm_head` only untied, the gate only for a gated
+MLP, ...). A `Target` is one checkpoint tensor: its Hugging Face shape and the params it fills
+(`parts`: path, our shape, its rows in the tensor, the layout; one part for a plain tensor,
+several for a fused one such as Phi-3's qkv_proj). Shapes come from the model itself
+(`nnx.eval_shape`: no memory), so a record never writes a formula for them.
 
 A tied model ignores an `lm_head.weight` (some exports write the tied copy); Gemma 3's
 multimodal checkpoints prefix the text model (`model.language_model.`, `language_model.model.`)
@@ -21,48 +18,45 @@ ignored too. Anything else is an extra tensor, and an error.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
 
 import numpy as np
+from flax import nnx
 
-from posenc_jax.pretrained.families import Architecture
+from posenc_jax.model.config import TransformerConfig
+from posenc_jax.model.transformer import Transformer
+from posenc_jax.pretrained.families.record import Family, Row
+from posenc_jax.pretrained.families.transforms import Layout
 
-__all__ = ["Target", "ignored", "targets"]
+__all__ = ["Part", "Target", "ignored", "param_shapes", "prefix_of", "targets"]
 
 PREFIXES = ("model.", "model.language_model.", "language_model.model.")
 _IGNORED_STARTS = ("vision_tower.", "model.vision_tower.", "multi_modal_projector.",
                    "model.multi_modal_projector.")
-_OURS = ("attn_norm", "mlp_norm", "post_attn_norm", "post_mlp_norm")
+
+
+@dataclasses.dataclass(frozen=True)
+class Part:
+    """One param inside a checkpoint tensor: rows [start, stop) of the tensor, in `layout`."""
+
+    path: tuple
+    shape: tuple[int, ...]
+    start: int
+    stop: int
+    layout: Layout
+
+    def convert(self, w: np.ndarray) -> np.ndarray:
+        """np [the whole HF tensor] -> np [our shape] (the tensor itself for an unfused one in
+        the same layout: export recognises the identity by that)."""
+        whole = self.start == 0 and self.stop == w.shape[0]
+        return self.layout.to_ours(w if whole else w[self.start:self.stop], self.shape)
 
 
 @dataclasses.dataclass(frozen=True)
 class Target:
-    """Where one checkpoint tensor goes: our param's path, the Hugging Face shape it must have,
-    and the layout change (np [HF shape] -> np [our shape])."""
+    """Where one checkpoint tensor goes: the Hugging Face shape it must have, and its parts."""
 
-    path: tuple
     hf_shape: tuple[int, ...]
-    convert: Callable[[np.ndarray], np.ndarray]
-
-
-def _same(x: np.ndarray) -> np.ndarray:
-    return x
-
-
-def _transpose(x: np.ndarray) -> np.ndarray:
-    return np.ascontiguousarray(x.T)
-
-
-def _in_heads(n: int, d: int):
-    return lambda w: np.ascontiguousarray(w.T).reshape(w.shape[1], n, d)
-
-
-def _out_heads(n: int, d: int):
-    return lambda w: np.ascontiguousarray(w.T).reshape(n, d, w.shape[0])
-
-
-def _bias(n: int, d: int):
-    return lambda b: b.reshape(n, d)
+    parts: tuple[Part, ...]
 
 
 def ignored(name: str, *, tied: bool) -> bool:
@@ -79,40 +73,46 @@ def prefix_of(names) -> str:
     return PREFIXES[0]
 
 
-def targets(cfg, arch: Architecture, prefix: str = "model.") -> dict[str, Target]:
-    """{Hugging Face name: Target} for every param of a `Transformer(cfg)` of family `arch`."""
-    e, v, f = cfg.embed_dim, cfg.vocab_size, cfg.mlp_dim
-    h, k, d = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
-    out = {f"{prefix}embed_tokens.weight": Target(("embedding",), (v, e), _same),
-           f"{prefix}norm.weight": Target(("final_norm", "scale"), (e,), _same)}
-    if not cfg.tie_embeddings:
-        head = "language_model.lm_head.weight" if prefix == "language_model.model." else (
-            "lm_head.weight")
-        out[head] = Target(("unembed",), (v, e), _transpose)
-    norms = dict(zip(arch.norms, _OURS))
-    for i in range(cfg.num_layers):
-        p, ours = f"{prefix}layers.{i}.", ("layers", i)
-        attn = ours + ("attn",)
-        out[p + "self_attn.q_proj.weight"] = Target(attn + ("q_proj",), (h * d, e),
-                                                    _in_heads(h, d))
-        for name, n in (("k", k), ("v", k)):
-            out[p + f"self_attn.{name}_proj.weight"] = Target(
-                attn + (f"{name}_proj",), (n * d, e), _in_heads(n, d))
-        out[p + "self_attn.o_proj.weight"] = Target(attn + ("o_proj",), (e, h * d),
-                                                    _out_heads(h, d))
-        if cfg.qkv_bias:
-            for name, n in (("q", h), ("k", k), ("v", k)):
-                out[p + f"self_attn.{name}_proj.bias"] = Target(
-                    attn + (f"{name}_bias",), (n * d,), _bias(n, d))
-        if cfg.qk_norm:
-            for name in ("q", "k"):
-                out[p + f"self_attn.{name}_norm.weight"] = Target(
-                    attn + (f"{name}_norm", "scale"), (d,), _same)
-        gated = cfg.mlp_activation != "gelu"
-        for name in ("gate", "up") if gated else ("up",):
-            out[p + f"mlp.{name}_proj.weight"] = Target(ours + ("mlp", name), (f, e),
-                                                        _transpose)
-        out[p + "mlp.down_proj.weight"] = Target(ours + ("mlp", "down"), (e, f), _transpose)
-        for hf_name, mine in norms.items():
-            out[p + f"{hf_name}.weight"] = Target(ours + (mine, "scale"), (e,), _same)
+def param_shapes(model: Transformer) -> dict[tuple, tuple[int, ...]]:
+    """{param path: shape} of a model (concrete or abstract: `nnx.eval_shape`)."""
+    return {path: tuple(v.get_value().shape)
+            for path, v in nnx.to_flat_state(nnx.state(model, nnx.Param))}
+
+
+def _placed(name: str, prefix: str) -> str:
+    """A table name ("model.…", "lm_head.…") under the checkpoint's text-model prefix."""
+    if name.startswith("model."):
+        return prefix + name[len("model."):]
+    if prefix == "language_model.model.":
+        return "language_model." + name
+    return name
+
+
+def _expand(row: Row, i: int | None, shapes: dict) -> Target | None:
+    paths = [tuple(i if k == "{i}" else k for k in p) for p in row.paths]
+    if not all(p in shapes for p in paths):
+        return None
+    parts, start = [], 0
+    for path in paths:
+        hf = row.layout.hf_shape(shapes[path])
+        parts.append(Part(path, shapes[path], start, start + hf[0], row.layout))
+        start += hf[0]
+    first = row.layout.hf_shape(shapes[paths[0]])
+    return Target((start, *first[1:]), tuple(parts))
+
+
+def targets(cfg: TransformerConfig, family: Family, prefix: str = "model.", *,
+            shapes: dict | None = None) -> dict[str, Target]:
+    """{Hugging Face name: Target} for every tensor of family `family` that a `Transformer(cfg)`
+    has params for; `shapes`: the model's {path: shape} (default: from the abstract model)."""
+    if shapes is None:
+        shapes = param_shapes(nnx.eval_shape(lambda: Transformer(cfg, rngs=nnx.Rngs(0))))
+    top = [(row, None) for row in family.hf_tensors if "{i}" not in row.hf]
+    per_layer = [(row, i) for i in range(cfg.num_layers) for row in family.hf_tensors
+                 if "{i}" in row.hf]
+    out = {}
+    for row, i in top + per_layer:
+        target = _expand(row, i, shapes)
+        if target is not None:
+            out[_placed(row.hf.format(i=i), prefix)] = target
     return out

@@ -6,7 +6,8 @@
 Sharded checkpoints are read through `model.safetensors.index.json` (its weight_map names
 the file of every tensor); without an index, every `*.safetensors` file in the directory is
 read. Nothing is loaded at opening beyond the files' headers: `tensor(name)` reads one
-tensor with safetensors' `safe_open` (memory-mapped) and returns it as float32.
+tensor with safetensors' `safe_open` (memory-mapped; float8 from the file's bytes through
+ml_dtypes) and returns it as float32 after `tensor_values`' checks (floating point, finite).
 """
 
 from __future__ import annotations
@@ -20,6 +21,12 @@ import numpy as np
 from safetensors import SafetensorError, safe_open
 
 from posenc_jax.pretrained.checkpoint import tensor_error
+from posenc_jax.pretrained.tensor_values import (
+    NEEDS_RAW,
+    checked_weights,
+    float_dtype,
+    raw_safetensors,
+)
 
 __all__ = ["SafetensorsCheckpoint", "open_safetensors"]
 
@@ -54,14 +61,19 @@ class SafetensorsCheckpoint:
         return self._shapes[name]
 
     def tensor(self, name: str) -> np.ndarray:
-        """One tensor as float32 (bfloat16 and float16 files are upcast exactly)."""
+        """One tensor as float32 (float16, bfloat16 and float8 files are upcast exactly);
+        ValueError naming the file and the tensor for a non-float dtype or a NaN / inf value
+        (`tensor_values`)."""
         file = self.file_of(name)
         try:
             with safe_open(file, framework="np") as f:
-                value = f.get_tensor(name)
-        except (SafetensorError, OSError, TypeError) as err:
+                code = f.get_slice(name).get_dtype()
+                dtype = float_dtype(file, name, code)  # ints, bools: refused by name
+                value = (raw_safetensors(file, name, dtype) if code in NEEDS_RAW
+                         else f.get_tensor(name))
+        except (SafetensorError, OSError, TypeError, KeyError) as err:
             raise tensor_error(file, name, f"cannot be read ({err})") from None
-        return np.asarray(value, np.float32)
+        return checked_weights(file, name, value)  # float32, finite
 
 
 def _headers(files: list[pathlib.Path]) -> tuple[dict, dict]:
@@ -99,6 +111,10 @@ def open_safetensors(directory: str | os.PathLike) -> SafetensorsCheckpoint:
         weight_map = _json(path / INDEX).get("weight_map")
         if not isinstance(weight_map, dict):
             raise ValueError(f"{path / INDEX}: no weight_map object")
+        for name, file in weight_map.items():
+            if not isinstance(file, str) or not file:
+                raise ValueError(f"{path / INDEX}: weight_map[{name!r}] must be a file name "
+                                 f"(a non-empty str), got {file!r} ({type(file).__name__})")
         files = sorted({path / f for f in weight_map.values()})
         for file in files:
             if not file.is_file():

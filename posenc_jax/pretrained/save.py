@@ -8,10 +8,12 @@ Writes `config.json` (`export_config.hf_config`: the family's model_type, its Ro
 `rope_parameters`, Gemma 3's layer types), the weights as `model.safetensors` (or shards plus
 `model.safetensors.index.json` past `max_shard_bytes`, `shards.write_safetensors`) in the
 model's param dtype, and the tokenizer's files when it has them. The weights go through the
-loader's own table (`names.targets`) read backwards: each target's layout change is a
-permutation of the Hugging Face tensor's entries, so it is inverted exactly (an index array
-of the tensor's size is built once per tensor). Norm weights move between the model's and the
-family's convention (`w` vs `1 + w`: Gemma) by adding the difference of the two offsets.
+loader's own table (the family record's, `names.targets`) read backwards: each param's layout
+change is a selection of the Hugging Face tensor's entries, so it is inverted exactly (an index
+array of the tensor's size is built once per tensor, and each param's selection of it says where
+its entries go; a fused tensor such as Phi-3's qkv_proj is filled by several params, every
+entry exactly once). Norm weights move between the model's and the family's convention (`w` vs
+`1 + w`: Gemma) by adding the difference of the two offsets.
 
 Refusals (ValueError, nothing written): a model no family can express
 (`export_config.check_expressible`), a config that would not read back as the model's, a
@@ -28,12 +30,11 @@ from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
-from flax import nnx
 
 from posenc_jax.model.transformer import Transformer
 from posenc_jax.pretrained.export_config import choose_model_type, hf_config
-from posenc_jax.pretrained.families import ARCHITECTURES
-from posenc_jax.pretrained.names import targets
+from posenc_jax.pretrained.families import by_model_type
+from posenc_jax.pretrained.names import Target, param_shapes, targets
 from posenc_jax.pretrained.shards import DEFAULT_MAX_SHARD_BYTES, write_safetensors
 
 __all__ = ["TOKENIZER_FILES", "hf_tensors", "save"]
@@ -56,16 +57,23 @@ def _unpack(model_or_lm) -> tuple[Transformer, Any, dict]:
         getattr(model_or_lm, "hf_config", None) or {})
 
 
-def _inverse(convert, hf_shape: tuple[int, ...], value: np.ndarray) -> np.ndarray:
-    """The Hugging Face tensor whose `convert(.)` is `value` (convert permutes entries)."""
-    size = int(np.prod(hf_shape))
-    index = np.arange(size, dtype=np.int64 if size >= 2**31 else np.int32).reshape(hf_shape)
-    moved = convert(index)
-    if moved is index:  # the identity
-        return np.ascontiguousarray(value.reshape(hf_shape))
-    out = np.empty(size, value.dtype)
-    out[np.asarray(moved).ravel()] = value.ravel()
-    return out.reshape(hf_shape)
+def _inverse(target: Target, values: list[np.ndarray]) -> np.ndarray:
+    """The Hugging Face tensor whose parts' `convert(.)` are `values` (each selects entries)."""
+    size = int(np.prod(target.hf_shape))
+    index = np.arange(size, dtype=np.int64 if size >= 2**31 else np.int32).reshape(
+        target.hf_shape)
+    if len(target.parts) == 1 and target.parts[0].convert(index) is index:  # the identity
+        return np.ascontiguousarray(values[0].reshape(target.hf_shape))
+    out = np.empty(size, values[0].dtype)
+    filled = np.zeros(size, bool)
+    for part, value in zip(target.parts, values):
+        moved = np.asarray(part.convert(index)).ravel()
+        out[moved] = value.ravel()
+        filled[moved] = True
+    if not filled.all():  # a record whose parts do not cover their tensor
+        raise ValueError(f"the params {[p.path for p in target.parts]} fill "
+                         f"{int(filled.sum())} of the {size} entries of their tensor")
+    return out.reshape(target.hf_shape)
 
 
 def _value(model: Transformer, path: tuple) -> np.ndarray:
@@ -78,20 +86,23 @@ def _value(model: Transformer, path: tuple) -> np.ndarray:
 def hf_tensors(model: Transformer, model_type: str) -> dict[str, np.ndarray]:
     """{Hugging Face name: array in HF layout, in the param dtype} for `model` as `model_type`."""
     cfg = model.config
-    arch = ARCHITECTURES[model_type]
-    plan = targets(cfg, arch)
-    ours = {path for path, _ in nnx.to_flat_state(nnx.state(model, nnx.Param))}
-    unheld = sorted(map(str, ours - {t.path for t in plan.values()}))
+    family = by_model_type(model_type)
+    shapes = param_shapes(model)
+    plan = targets(cfg, family, shapes=shapes)
+    unheld = sorted(map(str, set(shapes) - {p.path for t in plan.values() for p in t.parts}))
     if unheld:
         raise ValueError(f"cannot export this model as a transformers checkpoint: its params "
                          f"{unheld[:3]} have no tensor in a {model_type} checkpoint")
-    shift = cfg.norm_offset - (1.0 if arch.gemma or arch.scaled else 0.0)
+    shift = cfg.norm_offset - family.norm_offset
     out = {}
     for name, target in plan.items():
-        value = _value(model, target.path)
-        if shift and target.path[-1] == "scale":  # w (offset o) = w' (offset o') + o - o'
-            value = (value.astype(np.float32) + np.float32(shift)).astype(value.dtype)
-        out[name] = _inverse(target.convert, target.hf_shape, value)
+        values = []
+        for part in target.parts:
+            value = _value(model, part.path)
+            if shift and part.path[-1] == "scale":  # w (offset o) = w' (offset o') + o - o'
+                value = (value.astype(np.float32) + np.float32(shift)).astype(value.dtype)
+            values.append(value)
+        out[name] = _inverse(target, values)
     return out
 
 
@@ -121,6 +132,20 @@ def _tokenizer_files(tokenizer, directory: pathlib.Path) -> list[str]:
                     f"{type(tokenizer).__name__}")
 
 
+def _directory(directory: Any) -> pathlib.Path:
+    """`directory` as a path; "" (which would write into the current directory) refused."""
+    if not isinstance(directory, (str, os.PathLike)):
+        raise TypeError(f"save: directory must be a str or os.PathLike, got {directory!r} "
+                        f"({type(directory).__name__})")
+    if not os.fspath(directory):
+        raise ValueError("save: directory must be a non-empty path, got directory='' (it would "
+                         "write into the current directory; pass '.' to mean that)")
+    out = pathlib.Path(directory)
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"save: directory={os.fspath(directory)!r} is a file, not a directory")
+    return out
+
+
 def save(model_or_lm, directory: str | os.PathLike, *, tokenizer=None,
          model_type: str | None = None, hf_config_base: Mapping[str, Any] | None = None,
          max_shard_bytes: int = DEFAULT_MAX_SHARD_BYTES) -> list[str]:
@@ -137,8 +162,14 @@ def save(model_or_lm, directory: str | os.PathLike, *, tokenizer=None,
         default: the loaded checkpoint's config.json.
       max_shard_bytes: past this many bytes of weights, shards plus an index.
 
-    Raises ValueError (nothing written) for a model that cannot be expressed, naming the part.
+    Raises ValueError (nothing written) for a model that cannot be expressed, naming the part,
+    an empty `directory` or one that is a file, or a `tokenizer` path that is no directory.
     """
+    out = _directory(directory)
+    if isinstance(tokenizer, (str, os.PathLike)) and not pathlib.Path(tokenizer).is_dir():
+        raise ValueError(f"save: tokenizer={os.fspath(tokenizer)!r} is not a directory (give a "
+                         "directory holding tokenizer.json / tokenizer_config.json, or a "
+                         "Tokenizer); nothing written")
     model, own_tokenizer, base = _unpack(model_or_lm)
     base = dict(hf_config_base) if hf_config_base is not None else base
     cfg = model.config
@@ -146,7 +177,6 @@ def save(model_or_lm, directory: str | os.PathLike, *, tokenizer=None,
         base.get("text_config") or {}).get("model_type"))
     config = hf_config(cfg, model_type, base=base)
     tensors = hf_tensors(model, config["model_type"])
-    out = pathlib.Path(directory)
     out.mkdir(parents=True, exist_ok=True)
     files = write_safetensors(tensors, str(out), max_shard_bytes=max_shard_bytes)
     tmp = out / "config.json.tmp"

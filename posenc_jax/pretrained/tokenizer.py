@@ -18,6 +18,7 @@ import json
 import os
 import pathlib
 
+import numpy as np
 from tokenizers import Tokenizer as _HFTokenizer
 
 from posenc_jax.pretrained import gguf as gguf_reader
@@ -55,7 +56,15 @@ class Tokenizer:
         return ids
 
     def decode(self, ids, *, skip_special_tokens: bool = False) -> str:
-        """The text of token ids `ids` (a sequence of ints)."""
+        """The text of token ids `ids` (a sequence of ints, or a 1-D integer array); TypeError
+        for a float, str or bool id, ValueError for one outside the vocabulary."""
+        if isinstance(ids, np.ndarray) or hasattr(ids, "__array__"):
+            ids = np.asarray(ids).tolist() if np.asarray(ids).ndim == 1 else ids
+        wrong = next((i for i in ids if isinstance(i, (bool, np.bool_))
+                      or not isinstance(i, (int, np.integer))), None)
+        if wrong is not None:
+            raise TypeError(f"decode: ids must be ints (token ids), got {wrong!r} "
+                            f"({type(wrong).__name__}) in ids")
         ids = [int(i) for i in ids]
         bad = [i for i in ids if not 0 <= i < self.vocab_size]
         if bad:
@@ -99,7 +108,10 @@ class Tokenizer:
         """The tokenizer a GGUF file describes (a path, or an open GGUFCheckpoint)."""
         ckpt = (path_or_checkpoint if isinstance(path_or_checkpoint, gguf_reader.GGUFCheckpoint)
                 else gguf_reader.open_gguf(path_or_checkpoint))
-        backend, info = gguf_tokenizer.build_gguf_tokenizer(ckpt.field, where=str(ckpt.path))
+        embed = "model.embed_tokens.weight"
+        rows = ckpt.shape(embed)[0] if embed in ckpt.names() else None
+        backend, info = gguf_tokenizer.build_gguf_tokenizer(ckpt.field, where=str(ckpt.path),
+                                                            rows=rows)
         return cls(backend, bos_id=info["bos_id"], eos_id=info["eos_id"], source=str(ckpt.path))
 
     def __repr__(self) -> str:

@@ -1,7 +1,7 @@
 """Moved public names stay reachable from their old place for a release, with a
 DeprecationWarning (issue 26): `import posenc_jax.hf_config` (the module moved to
 posenc_jax.encodings.hf_config) and `posenc_jax.rope_scaling.from_hf_config` (moved to
-hf_config). The documented paths (`from posenc_jax import hf_config`) warn about nothing.
+hf_config; removed in issue 29). The documented paths (`from posenc_jax import hf_config`) warn about nothing.
 """
 
 import os
@@ -9,7 +9,6 @@ import pathlib
 import re
 import subprocess
 import sys
-import warnings
 
 import pytest
 
@@ -46,17 +45,11 @@ def test_the_documented_path_does_not_warn():
     assert done.stdout.split() == ["posenc_jax.encodings.hf_config"] * 2
 
 
-def test_rope_scaling_from_hf_config_is_the_moved_function_with_a_warning():
-    with pytest.warns(DeprecationWarning, match="encodings.hf_config.from_hf_config"):
-        old = rope_scaling.from_hf_config
-    assert old is hf_config.from_hf_config
-    with pytest.warns(DeprecationWarning):
-        assert posenc_jax.rope_scaling.from_hf_config is hf_config.from_hf_config
-    with pytest.raises(AttributeError, match="no attribute 'from_hf_configs'"):
-        rope_scaling.from_hf_configs  # noqa: B018
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        rope_scaling.frequencies  # noqa: B018  (the module's own names: no warning)
+def test_rope_scaling_from_hf_config_is_gone():
+    """Its one release of grace is over (issue 29): the name lives in hf_config only."""
+    with pytest.raises(AttributeError, match="has no attribute 'from_hf_config'"):
+        rope_scaling.from_hf_config  # noqa: B018
+    assert callable(hf_config.from_hf_config)
 
 
 def test_every_module_the_readme_names_resolves():

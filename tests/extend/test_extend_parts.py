@@ -10,6 +10,12 @@ import pytest
 from configs import extend_smollm2
 from posenc_jax.model.config import TransformerConfig
 from train.extend import estimate, measure, plan, prompts, texts
+from train.extend.settings import Facts
+
+
+def smollm2(path):
+    """SmolLM2-135M's header facts (C = 8192, rotary dim 64), without its file."""
+    return Facts(context=8192, rotary_dim=64)
 
 
 class Words:
@@ -99,7 +105,7 @@ def test_pieces_never_carry_a_bos_of_their_own():
 
 
 def test_the_default_plan():
-    p = plan.make_plan(extend_smollm2.get_config(), "/tmp/x")
+    p = plan.make_plan(extend_smollm2.get_config(), "/tmp/x", inspect=smollm2)
     assert p.methods == ("none", "linear", "ntk", "dynamic", "yarn")
     assert set(p.methods) <= set(plan.all_methods())
     assert p.lengths["smollm2"] == (2048, 4096, 8192, 10240)
@@ -123,7 +129,7 @@ def test_the_default_plan():
 def test_passkey_past_c_is_one_override_away():
     config = extend_smollm2.get_config()
     config.lengths = config.passkey.lengths = "C/4,C/2,C,2C"  # the issue's 16k
-    pk = plan.make_plan(config, "/tmp/x").of_kind("passkey")
+    pk = plan.make_plan(config, "/tmp/x", inspect=smollm2).of_kind("passkey")
     assert sorted((j.method, j.length) for j in pk if j.length > 8192) == [
         (m, 16384) for m in ("dynamic", "linear", "none", "ntk", "yarn")]
 
@@ -132,11 +138,11 @@ def test_plan_errors_name_the_key():
     config = extend_smollm2.get_config()
     config.methods = "none,pi"
     with pytest.raises(ValueError, match=r"config.methods='none,pi': unknown \['pi'\]"):
-        plan.make_plan(config, "/tmp/x")
+        plan.make_plan(config, "/tmp/x", inspect=smollm2)
     config = extend_smollm2.get_config()
     config.lengths = "C,3X"
     with pytest.raises(ValueError, match=r"length '3X' must be an int or 'C'"):
-        plan.make_plan(config, "/tmp/x")
+        plan.make_plan(config, "/tmp/x", inspect=smollm2)
 
 
 MC = TransformerConfig(vocab_size=100, num_layers=2, embed_dim=8, num_heads=2, num_kv_heads=1,
@@ -156,7 +162,7 @@ def test_the_estimate_adds_rebuilds_for_length_dependent_scalings():
     assert cost.flops_per_s == estimate.forward_flops(MC, 10) / 2.0
     config = extend_smollm2.get_config()
     config.lengths = config.passkey.lengths = "2C"
-    jobs = plan.make_plan(config, "/tmp/x").jobs
+    jobs = plan.make_plan(config, "/tmp/x", inspect=smollm2).jobs
     ppl = next(j for j in jobs if j.kind == "ppl" and j.method == "linear")
     assert cost.seconds(ppl) == pytest.approx(
         estimate.forward_flops(MC, 16384) / cost.flops_per_s + 1.0 + 5.0)

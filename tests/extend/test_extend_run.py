@@ -14,6 +14,7 @@ from configs import extend_smollm2
 from posenc_jax.model.config import TransformerConfig
 from posenc_jax.model.transformer import Transformer
 from train.extend import measure, readme, runner, table
+from train.extend.settings import Facts
 
 _BUILT = {}
 
@@ -57,6 +58,11 @@ def tiny_load(calls=None):
     return load
 
 
+def tiny_facts(path):
+    """The stub file's header facts: C = 32, rotary dim 8 (the model `tiny_load` builds)."""
+    return Facts(context=32, rotary_dim=8)
+
+
 def tiny_config(tmp_path):
     (tmp_path / "tiny.gguf").write_text("stub")
     config = extend_smollm2.get_config()
@@ -85,7 +91,8 @@ def test_chunked_loss_equals_the_logits_and_is_causal():
 def test_end_to_end_then_rerun_does_nothing(tmp_path, capsys):
     config, workdir = tiny_config(tmp_path), str(tmp_path / "ext")
     calls = []
-    rows = runner.run(config, workdir, load=tiny_load(calls), progress=False)
+    rows = runner.run(config, workdir, load=tiny_load(calls), inspect=tiny_facts,
+                      progress=False)
     out = capsys.readouterr().out
     assert "estimated" in out and "GFLOP/s" in out
     assert sorted(rows) == sorted(f"smollm2+{m}@64.{k}" for m in ("none", "linear", "dynamic")
@@ -113,7 +120,8 @@ def test_end_to_end_then_rerun_does_nothing(tmp_path, capsys):
     assert "![perplexity by position](docs/extend/ppl_by_position_smollm2.png)" in section
     assert "Not yet measured" in readme.section(str(tmp_path / "empty"))
     calls.clear()
-    again = runner.run(config, workdir, load=tiny_load(calls), progress=False)
+    again = runner.run(config, workdir, load=tiny_load(calls), inspect=tiny_facts,
+                      progress=False)
     assert again == rows and calls == []  # every result reused: nothing loaded
 
 
@@ -134,7 +142,7 @@ def test_sigterm_stops_after_the_job_and_a_rerun_continues(tmp_path, monkeypatch
 
     monkeypatch.setattr(runner, "RUNNERS", {k: first_then_term(k) for k in real})
     with pytest.raises(SystemExit) as stop:
-        runner.run(config, workdir, load=tiny_load(), progress=False)
+        runner.run(config, workdir, load=tiny_load(), inspect=tiny_facts, progress=False)
     assert stop.value.code == 0 and len(done) == 1
     assert os.listdir(os.path.join(workdir, "results")) == [f"{done[0]}.json"]
     assert signal.getsignal(signal.SIGTERM) is not None
@@ -147,5 +155,5 @@ def test_sigterm_stops_after_the_job_and_a_rerun_continues(tmp_path, monkeypatch
         return run
 
     monkeypatch.setattr(runner, "RUNNERS", {k: counted(k) for k in real})
-    rows = runner.run(config, workdir, load=tiny_load(), progress=False)
+    rows = runner.run(config, workdir, load=tiny_load(), inspect=tiny_facts, progress=False)
     assert done[0] not in seen and done[0] in rows and len(rows) == len(seen) + 1

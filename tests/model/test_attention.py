@@ -207,8 +207,6 @@ def test_errors_name_the_bad_values():
     with pytest.raises(ValueError, match="unknown attention implementation 'flash'.*'dense', "
                                          "'blockwise'"):
         attend(q, k, v, implementation="flash", **kw)
-    with pytest.raises(ValueError, match="unknown dense_backend 'tpu'"):
-        attend(q, k, v, dense_backend="tpu", **kw)
     q3 = jnp.zeros((1, 4, 3, D))
     with pytest.raises(ValueError, match="num_heads H=3 must be divisible by num_kv_heads K=2"):
         attend(q3, k, v, **kw)

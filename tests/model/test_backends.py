@@ -4,7 +4,7 @@ the config and the study ask the records; a new backend is one record."""
 
 from __future__ import annotations
 
-import warnings
+import dataclasses
 
 import chex
 import jax
@@ -38,7 +38,8 @@ def test_every_name_comes_from_the_registry():
 
 @pytest.mark.parametrize("name,backend,want", [
     ("alibi", "pallas", None), ("rope", "pallas", None), ("t5", "cudnn", None),
-    ("shaw", "pallas", "'shaw' has a score bias that is not an elementwise function"),
+    ("shaw", "pallas", ("'shaw' has a score bias that reads the query (a QueryBias), which "
+                        "attention='pallas' does not compute")),
     ("cope", "blockwise", ("'cope' reads whole rows of attention logits (a RowBias), which "
                            "attention='blockwise' does not compute; use attention='dense'")),
     ("cope", "pallas", "reads whole rows"), ("cope", "cudnn", "use attention='dense'"),
@@ -90,7 +91,7 @@ def test_a_new_backend_is_one_record():
         return backends.get("dense").call(x)
 
     rec = backends.register(backends.Backend(
-        name="test_mine", call=call, summary="dense, counted", bias=frozenset({"elementwise"}),
+        name="test_mine", call=call, bias=frozenset({"elementwise"}),
         platforms=frozenset(backends.PLATFORMS)))
     try:
         assert "test_mine" in backends.names()
@@ -112,20 +113,20 @@ def test_a_new_backend_is_one_record():
         registry._REGISTRY.pop("test_mine")
 
 
-def test_dense_backend_cudnn_is_deprecated_for_attention_cudnn():
+def test_the_legacy_dense_backend_is_gone():
+    """Issue 29's leftover: `dense_backend=` selected cuDNN before the records did; the
+    backend is named by `attention=` alone now."""
     kw = {"vocab_size": 8, "num_layers": 1, "embed_dim": H * D, "num_heads": H, "mlp_dim": 8}
-    with pytest.warns(DeprecationWarning, match=r"dense_backend='cudnn'\) is deprecated; use "
-                                                r"attention='cudnn'"):
-        cfg = TransformerConfig(**kw, dense_backend="cudnn")
-    assert (cfg.attention, cfg.dense_backend) == ("cudnn", None)
-    with pytest.warns(DeprecationWarning):
-        assert TransformerConfig(**kw, dense_backend="xla").attention == "dense"
-    with pytest.raises(ValueError, match=r"dense_backend='cudnn' applies to attention='dense' "
-                                         r"only, got attention='blockwise'; use attention='cudnn'"):
-        TransformerConfig(**kw, attention="blockwise", dense_backend="cudnn")
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        TransformerConfig(**kw, attention="cudnn")  # the new spelling warns nothing
+    assert TransformerConfig(**kw, attention="cudnn").attention == "cudnn"
+    with pytest.raises(TypeError, match="dense_backend"):
+        TransformerConfig(**kw, dense_backend="cudnn")
+    x = jnp.zeros((1, L, H, D))
+    with pytest.raises(TypeError, match="dense_backend"):
+        attend(x, x, x, encoding=_enc("nope"), q_positions=jnp.arange(L),
+               k_positions=jnp.arange(L), dense_backend="cudnn")
+    assert not hasattr(registry, "LEGACY_DENSE")
+    assert {f.name for f in dataclasses.fields(backends.Backend)}.isdisjoint(
+        {"summary", "segment_ids", "cache", "dense_backend"})
 
 
 def test_the_rotation_rule():
@@ -156,8 +157,7 @@ def test_the_rotation_rule():
 def test_auto_on_a_gpu_host_asks_the_kernel_whether_it_lowers(monkeypatch):
     """FIRE's MLP does not lower under Triton (issues 23, 26): on a GPU host "auto" must not
     pick the kernel for it, and says why when asked; ALiBi still gets the kernel."""
-    from posenc_jax.model.backends import pallas as pallas_record
-    monkeypatch.setattr(pallas_record, "host_platform", lambda: "cuda")
+    monkeypatch.setattr(backends.registry, "host_platform", lambda: "cuda")
     shapes = backends.Shapes(batch=1, q_len=256, k_len=256, heads=4, kv_heads=4, head_dim=64)
     fire = posenc_jax.get("fire", num_heads=4)
     assert backends.choose(fire, causal=True, shapes=shapes, platform="cuda").name != "pallas"

@@ -236,16 +236,22 @@ def test_window_follows_explicit_positions_in_the_cache():
     ({"sliding_window": "4"}, TypeError, "sliding_window must be None, an int or a sequence"),
     ({"sliding_window": [4, 0]}, ValueError, "sliding_window[1] must be >= 1"),
     ({"sliding_window": 4, "causal": False}, ValueError, "sliding_window=[4, 4] needs causal"),
-    ({"sliding_window": [4, None], "scan_layers": True}, ValueError,
-     "sliding_window differs between layers"),
-    ({"sliding_window": 4, "attention": "cudnn"}, ValueError,
-     "attention='cudnn' has no sliding window; use one of ['dense', 'blockwise', 'pallas']"),
     ({"mlp_activation": "relu"}, ValueError, "valid: 'swiglu', 'geglu', 'gelu'"),
 ])
 def test_feature_errors_name_the_field(kw, error, text):
     with pytest.raises(error) as info:
         config(**kw)
     assert text in str(info.value)
+
+
+def test_a_window_on_a_backend_without_one_is_refused_by_the_registry():
+    """The config asks the backend registry (`backends.check` with the layer's window), whose
+    message names the backend, the window and the backends that have one."""
+    with pytest.raises(ValueError) as info:
+        config(sliding_window=4, attention="cudnn")
+    text = str(info.value)
+    assert "attention='cudnn'" in text and "window=4" in text
+    assert "use attention='dense' or 'blockwise'" in text
 
 
 def test_no_window_anywhere_normalises_to_none():

@@ -166,10 +166,10 @@ def test_schemes_without_an_elementwise_bias_are_refused_with_the_alternative():
     shaw = posenc_jax.get("shaw", head_dim=D, max_relative_position=3)
     q, k, v = _qkv(1, 8, 8)
     pos = jnp.arange(8)
-    with pytest.raises(ValueError, match="'shaw'.*use attention='blockwise' or 'dense'"):
+    with pytest.raises(ValueError, match="'shaw'.*use attention='dense' or 'blockwise'"):
         attend(q, k, v, encoding=shaw, params=shaw.init(jax.random.key(0)),
                q_positions=pos, k_positions=pos, implementation="pallas")
-    with pytest.raises(ValueError, match="use attention='blockwise' or 'dense'"):
+    with pytest.raises(ValueError, match="use attention='dense' or 'blockwise'"):
         TransformerConfig(vocab_size=8, num_layers=1, embed_dim=32, num_heads=2,
                                      mlp_dim=32, encoding="shaw", attention="pallas")
     assert not rotates_inside(shaw, "auto")

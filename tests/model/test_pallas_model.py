@@ -18,11 +18,11 @@ L = 4096
 KERNEL_CALL = {"cuda": "__gpu$xla.gpu.triton", "tpu": "tpu_custom_call"}
 
 
-def lowered(attention, encoding, platform, dense_backend=None, length=L):
+def lowered(attention, encoding, platform, length=L):
     """Text of the lowered train-step gradient (abstract model: nothing is allocated)."""
     cfg = TransformerConfig(vocab_size=64, num_layers=1, embed_dim=64, num_heads=4,
                             num_kv_heads=2, mlp_dim=64, encoding=encoding, dtype="bfloat16",
-                            attention=attention, dense_backend=dense_backend)
+                            attention=attention)
     graphdef, state = nnx.split(nnx.eval_shape(lambda: Transformer(cfg, rngs=nnx.Rngs(0))))
 
     def loss(state, tokens):
@@ -66,9 +66,9 @@ def test_cudnn_rope_uses_the_fused_causal_kernel_without_a_square_bias(monkeypat
     monkeypatch.setattr(fa, "check_cudnn_version", lambda: 91000)
     monkeypatch.setattr(fa, "check_compute_capability", lambda capability: True)
     monkeypatch.setattr(fa, "is_cuda_compute_capability_equal", lambda capability: False)
-    text = lowered("dense", "rope", "cuda", dense_backend="cudnn")
+    text = lowered("cudnn", "rope", "cuda")
     assert "__cudnn$fmhaSoftmax" in text and square_tensors(text) == 0
-    assert square_tensors(lowered("dense", "alibi", "cuda", dense_backend="cudnn")) > 0
+    assert square_tensors(lowered("cudnn", "alibi", "cuda")) > 0
 
 
 def test_decode_with_the_kernel_equals_the_full_forward():
@@ -90,7 +90,7 @@ def test_device_benchmark_entry_point_records_each_cell_and_its_failure():
     cell that cannot run here (cuDNN on CPU) records its error, the others their figures."""
     from benchmarks import attention_device
 
-    cells = (("cudnn", "rope", "dense", "cudnn"), ("xla", "alibi", "dense", None))
+    cells = (("cudnn", "rope", "cudnn"), ("xla", "alibi", "dense"))
     result = attention_device.run(smoke=True, lengths=(32,), cells=cells, log=lambda _: None)
     failed, ran = result["rows"]
     assert failed["error"] and failed["fwd_ms"] is None

@@ -1,5 +1,5 @@
 """`scan_layers=True` is the same model as the Python loop: same params, logits, gradients and
-KV-cache decoding; per-layer encodings are refused with a message that names them."""
+KV-cache decoding (per-layer settings, scanned in groups: tests/model/test_scan_groups.py)."""
 
 import chex
 import jax
@@ -67,17 +67,6 @@ def test_scan_kv_cache_decoding_matches_full_forward():
         outs.append(logits)
     chex.assert_trees_all_close(jnp.concatenate(outs, 1), full, rtol=1e-4, atol=1e-4)
     assert len(cache.k) == 3 and int(cache.index) == 7
-
-
-@pytest.mark.parametrize("layers,match", [
-    (["rope", "rope", "nope"], (r"layer_encodings\[0\]='rope' differs from "
-                                r"layer_encodings\[2\]='nope'")),
-    (["rope", ("rope", {"base": 500.0}), "rope"], r"layer_encodings\[1\]=\('rope', "),
-])
-def test_scan_refuses_per_layer_encodings(layers, match):
-    with pytest.raises(ValueError, match=match):
-        config(encoding="nope", layer_encodings=layers, scan_layers=True)
-    config(encoding="nope", layer_encodings=["rope"] * 3, scan_layers=True)  # all equal: ok
 
 
 def test_scan_layers_must_be_a_bool():

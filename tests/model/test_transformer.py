@@ -256,7 +256,7 @@ def test_learned_table_shorter_than_the_input():
     ({"vocab_size": 0}, "vocab_size must be >= 1, got vocab_size=0"),
     ({"encoding": "alibi", "encoding_kwargs": {"num_heads": 8}},
      "num_heads=8 does not match the model's num_heads=4"),
-    ({"dense_backend": "triton"}, "unknown dense_backend 'triton'"),
+    ({"attention": "triton"}, "unknown attention implementation 'triton'"),
 ])
 def test_config_errors_name_the_bad_values(kw, match):
     with pytest.raises(ValueError, match=match):

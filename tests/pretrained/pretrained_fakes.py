@@ -10,7 +10,7 @@ import numpy as np
 from safetensors.numpy import save_file
 
 from posenc_jax.model.config import TransformerConfig
-from posenc_jax.pretrained.families import architecture_of, config_kwargs
+from posenc_jax.pretrained.families import config_kwargs, family_of_config
 from posenc_jax.pretrained.names import targets
 
 BASE = {"vocab_size": 40, "num_hidden_layers": 2, "hidden_size": 32, "num_attention_heads": 4,
@@ -34,11 +34,11 @@ def hf_config(family: str, **overrides) -> dict:
 
 def hf_tensors(config: dict, seed: int = 0) -> dict[str, np.ndarray]:
     """Random float32 tensors, one per name the family's model reads, in HF shapes."""
-    arch, _, _ = architecture_of(config, "fake")
+    family, _, _ = family_of_config(config, "fake")
     cfg = TransformerConfig(**config_kwargs(config, where="fake"))
     rng = np.random.default_rng(seed)
     return {name: rng.normal(0, 0.3, t.hf_shape).astype(np.float32)
-            for name, t in targets(cfg, arch).items()}
+            for name, t in targets(cfg, family).items()}
 
 
 def write(directory: pathlib.Path, config: dict, tensors: dict, shards: int = 1) -> pathlib.Path:

@@ -1,7 +1,9 @@
 """posenc_jax.pretrained on tiny random-weight checkpoints of each family: logits within 1e-4 of
 transformers 5.24's (tests/data/pretrained/tiny, written by scripts/make_pretrained_golden.py),
-with and without a rope_scaling; prefill + decode equal to the full forward; the errors
-naming the file and the tensor."""
+with and without a rope_scaling, and on prefixes of the tokens where the golden has them
+(Phi-3's LongRoPE on both sides of its original length); prefill + decode equal to the full
+forward; the errors naming the file and the tensor. The families are the records' (every
+record with a fixture directory)."""
 
 import json
 import pathlib
@@ -16,15 +18,18 @@ from safetensors.numpy import save_file
 
 from posenc_jax import pretrained
 from posenc_jax.model.kv_cache import init_cache
+from posenc_jax.pretrained.families import FAMILIES as RECORDS
 from posenc_jax.pretrained.loader import build
 from posenc_jax.pretrained.safetensors_io import open_safetensors
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
-import pretrained_fakes  # noqa: E402
+import pretrained_fakes
 
 TINY = pathlib.Path(__file__).parents[1] / "data" / "pretrained" / "tiny"
-FAMILIES = ["llama", "mistral", "qwen2", "qwen3", "gemma3_text"]
+FAMILIES = [r.model_type for r in RECORDS if (TINY / r.model_type).is_dir()]
 CASES = [(f, c) for f in FAMILIES for c in json.loads((TINY / f / "cases.json").read_text())]
+PREFIXES = [(f, key) for f in FAMILIES for key in sorted(np.load(TINY / f / "logits.npz"))
+            if "__first" in key]
 
 
 @nnx.jit
@@ -41,7 +46,33 @@ def test_tiny_checkpoint_logits_equal_transformers(family, case):
     np.testing.assert_allclose(got, golden[f"logits__{case}"], atol=1e-4, rtol=0)
 
 
-@pytest.mark.parametrize("family", ["llama", "gemma3_text"])
+def test_every_record_with_a_fixture_is_tested():
+    assert set(FAMILIES) == {p.name for p in TINY.iterdir() if p.is_dir()}
+    assert "phi3" in FAMILIES and ("phi3", "logits__default__first16") in PREFIXES
+
+
+@pytest.mark.parametrize("family, key", PREFIXES, ids=[f"{f}-{k}" for f, k in PREFIXES])
+def test_prefix_logits_equal_transformers(family, key):
+    """The first n tokens alone. Phi-3: n = 16 = original_max_position_embeddings takes the
+    short factors (max position + 1 <= 16), n = 17 the long ones, as transformers does."""
+    golden = np.load(TINY / family / "logits.npz")
+    case, n = key.removeprefix("logits__").split("__first")
+    rope = json.loads((TINY / family / "cases.json").read_text())[case]
+    lm = pretrained.load(TINY / family, rope_scaling=rope, attention="dense")
+    tokens = jnp.asarray(golden["token_ids"][:, :int(n)])
+    got = np.asarray(forward(lm.model, tokens))
+    np.testing.assert_allclose(got, golden[key], atol=1e-4, rtol=0)
+
+
+def test_phi3_short_and_long_factors_give_different_logits():
+    """The goldens of both sides differ, so the prefix test sees a wrong factor set."""
+    golden = np.load(TINY / "phi3" / "logits.npz")
+    full = golden["logits__default"]
+    assert np.abs(golden["logits__default__first16"] - full[:, :16]).max() > 0.1
+    np.testing.assert_allclose(golden["logits__default__first17"], full[:, :17], atol=1e-5)
+
+
+@pytest.mark.parametrize("family", ["llama", "gemma3_text", "phi3"])
 def test_prefill_then_decode_equals_the_full_forward(family):
     lm = pretrained.load(TINY / family, attention="dense")
     tokens = jnp.asarray(np.load(TINY / family / "logits.npz")["token_ids"])

@@ -12,6 +12,7 @@ import os
 import pytest
 from ml_collections import config_flags  # noqa: F401  (the CLI's dependency)
 
+from train.engine.store import write_json
 from train.study import execute, files
 from train.study import plan as study_plan
 from train.study.jobs import config_diff, train_identity
@@ -20,8 +21,8 @@ from train.study.jobs import config_diff, train_identity
 def _marker(plan, model, *, fingerprint, config):
     workdir = files.Workdir(plan.workdir)
     os.makedirs(workdir.model_dir(model), exist_ok=True)
-    files.write_json(workdir.marker(model), {"fingerprint": fingerprint, "finished": True,
-                                             **({} if config is None else {"config": config})})
+    write_json(workdir.marker(model), {"fingerprint": fingerprint, "finished": True,
+                                       **({} if config is None else {"config": config})})
     return workdir
 
 

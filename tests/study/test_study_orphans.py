@@ -6,7 +6,7 @@ and then reached its next job; no process is left a few seconds later, three tim
 Before the fix the parent-watch sent one SIGTERM; a worker whose training absorbed it went back
 to `inbox.get()` on a pipe it holds itself and waited for good (2 of 6 trials, 70-84 s later).
 
-The workers are `train.study.parallel`'s own (`_exit_with_parent` + `serve`) around jobs that
+The workers are `train.engine.workers`' own (`_exit_with_parent` + `serve`) around jobs that
 only sleep, so a trial takes seconds; tests/study/test_study_parallel.py kills a real study.
 """
 
@@ -20,12 +20,12 @@ import time
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-GRACE_S = 2.0   # the workers' grace here (the study's own is parallel.ORPHAN_GRACE_S)
+GRACE_S = 2.0   # the workers' grace here (the engine's own is workers.ORPHAN_GRACE_S)
 STATES = ("training", "evaluating", "between-jobs", "absorbed-then-next-job")
 
 PARENT = f'''
 import multiprocessing, signal, sys, threading, time
-from train.study import parallel
+from train.engine import workers as parallel
 
 def run_job(state, gone, outbox):
     def job(name):

@@ -1,4 +1,4 @@
-"""The study's worker processes (train.study.parallel): the same rows as one process, a
+"""The study's worker processes (train.engine.workers): the same rows as one process, a
 fine-tune only after its base, SIGTERM and a dead worker end the run cleanly and a rerun
 resumes; the scheduling rules as pure functions.
 
@@ -17,9 +17,11 @@ import warnings
 
 import pytest
 
+from train.engine import progress
+from train.engine import workers as parallel
 from train.runtime import Runtime
-from train.study import parallel, runner
 from train.study import plan as study_plan
+from train.study import runner
 from train.study.jobs import FinetuneJob
 from train.workdir_lock import WorkdirBusyError, WorkdirLock
 
@@ -222,11 +224,11 @@ def test_the_estimate_counts_the_workers(tiny_at, tmp_path):
 
 
 def test_the_bar_never_passes_its_total():
-    bar = runner._bar(0.3, progress=True)
+    bar = progress.bar(0.3, name="study", progress=True)
     with warnings.catch_warnings():
         warnings.simplefilter("error")   # tqdm warns when it has to clamp
         for amount in (0.1, 0.2, 0.05):  # 0.1 + 0.2 > 0.3 in floats: the order can do it
-            runner.advance(bar, amount)
+            progress.advance(bar, amount)
             bar.refresh()
             assert bar.n <= bar.total
     assert bar.n == bar.total
@@ -241,7 +243,8 @@ def test_core_shares_are_disjoint_and_cover_the_cores():
 
 def test_a_finetune_waits_for_its_base_and_the_costliest_goes_first(tiny_at, tmp_path):
     plan = study_plan.make_plan(tiny_at(2), str(tmp_path))
-    bases, cost = parallel.schedule(plan, plan.jobs)
+    bases, cost = parallel.schedule(plan, plan.jobs,
+                                  seconds={j: plan.estimate(j) for j in plan.jobs})
     tuned = {j.model: j.base for j in plan.jobs if isinstance(j, FinetuneJob)}
     assert bases == tuned and tuned          # rope.ft-yarn <- rope, ...
     for model, base in tuned.items():

@@ -16,9 +16,9 @@ from ml_collections import config_flags  # noqa: F401  (the CLI's dependency)
 
 from posenc_jax._frozen import thaw
 from posenc_jax.encodings import rope_scaling
+from train.engine import scalings
 from train.runtime import Runtime
 from train.study import plan as study_plan
-from train.study import scalings
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 

@@ -4,7 +4,8 @@ training: these are pure functions of rows (train/study/table.py, aggregate.py, 
 
 import math
 
-from train.study import aggregate, figures, files, table
+from train.engine.store import write_text
+from train.study import aggregate, figures, table
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -22,7 +23,7 @@ def _rows():
 def test_report_table_csv_roundtrip_and_noise(tmp_path):
     rows = _rows()
     path = str(tmp_path / "r.csv")
-    files.write_text(path, table.csv_text(rows))
+    write_text(path, table.csv_text(rows))
     back = table.read_csv(path)
     assert [r["ppl"] for r in back if not math.isnan(r["ppl"])] == [5.0, 4.0, 3.9, 5.0, 4.1]
     assert all(r["finetune_steps"] == r["finetune_len"] == r["seed"] == 0 for r in back)

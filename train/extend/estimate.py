@@ -18,9 +18,10 @@ over those rates, plus its compiles and one load per scaling:
             (`posenc_jax.model.kv_cache`), i.e. one more forward of n per step;
             `GENERATE_COMPILES` compiles (prefill with a cache + the decode scan)
 
-`linear_flops` counts the weight matmuls: 2 x the weights touched per token (q, k, v, o, MLP,
-output projection); `attention_flops` causal attention's 2 L H D per token per layer (QK^T and
-PV over half the keys on average: the blockwise kernel skips blocks above the diagonal). At
+The FLOP formulas are the engine's (`train.engine.flops`): the weight matmuls are 2 x the
+weights touched per token (q, k, v, o, MLP, output projection); causal attention is 2 L H D per
+token per layer (QK^T and PV over half the keys on average: the blockwise kernel skips blocks
+above the diagonal). At
 16k tokens attention is two thirds of SmolLM2's FLOPs and runs at a lower rate than the
 matmuls: a single rate from a short forward (where it is 6%) under-estimated long lengths.
 The printed estimate is measured rates times FLOP counts, not a measurement.
@@ -30,37 +31,14 @@ from __future__ import annotations
 
 import dataclasses
 
+from train.engine.flops import attention_flops, decode_flops, forward_flops
+from train.engine.flops import matmul_flops as linear_flops
 from train.extend.plan import Job, PasskeyJob, PplJob
 
 #: compiles of one passkey job in units of the calibration forward's compile: `generate`
 #: compiles the prefill with a KV cache and the decode scan (SmolLM2 on 2 loaded cores:
 #: 48 s against 17-18 s for a forward; docs/extend.md, "The estimate")
 GENERATE_COMPILES = 2.5
-
-
-def linear_flops(mc, n: int) -> float:
-    """FLOPs of the matmuls with the weights in one forward of n tokens (q, k, v, o, MLP,
-    output projection): 2 x the weights touched per token."""
-    e, h, k, d, f = mc.embed_dim, mc.num_heads, mc.num_kv_heads, mc.head_dim, mc.mlp_dim
-    mlp = (3 if mc.mlp_activation == "swiglu" else 2) * e * f
-    return n * 2.0 * (mc.num_layers * (2 * e * h * d + 2 * e * k * d + mlp) + e * mc.vocab_size)
-
-
-def attention_flops(mc, n: int, *, layers: int | None = None) -> float:
-    """FLOPs of causal attention over n tokens in `layers` layers (default all): 2 L H D per
-    token per layer (QK^T and PV over half the keys on average)."""
-    layers = mc.num_layers if layers is None else layers
-    return 2.0 * layers * mc.num_heads * mc.head_dim * float(n) * n
-
-
-def forward_flops(mc, n: int) -> float:
-    """FLOPs of one causal forward of n tokens of a TransformerConfig `mc`."""
-    return linear_flops(mc, n) + attention_flops(mc, n)
-
-
-def decode_flops(mc, n: int) -> float:
-    """FLOPs of one decode step over n cached tokens."""
-    return forward_flops(mc, 1) + 4.0 * mc.num_layers * mc.num_heads * mc.head_dim * n
 
 
 @dataclasses.dataclass(frozen=True)
@@ -124,11 +102,16 @@ class Cost:
         return run + compiles * self.compile_s + (self.load_s if loads else 0.0)
 
 
-def total_seconds(cost: Cost, jobs) -> float:
-    """The jobs' estimate in plan order, a load counted once per (model, scaling)."""
-    seen, total = set(), 0.0
+def job_seconds(cost: Cost, jobs) -> dict:
+    """{job: estimated seconds} in plan order, a load counted once per (model, scaling)."""
+    seen, out = set(), {}
     for job in jobs:
         key = (job.model, job.scaling)
-        total += cost.seconds(job, loads=key not in seen)
+        out[job] = cost.seconds(job, loads=key not in seen)
         seen.add(key)
-    return total
+    return out
+
+
+def total_seconds(cost: Cost, jobs) -> float:
+    """The jobs' estimate (`job_seconds`), summed."""
+    return sum(job_seconds(cost, jobs).values())

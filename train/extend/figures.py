@@ -8,26 +8,19 @@
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import matplotlib
 from matplotlib.figure import Figure
 
+from train.engine.output import save_figure
+from train.engine.scalings import NO_SCALING
 from train.extend.table import curve
-from train.study.jobs import NO_SCALING
 
 
 def _k(n: int) -> str:
     return f"{n // 1024}k" if n >= 1024 and n % 1024 == 0 else str(n)
-
-
-def _save(fig, path: str) -> None:
-    fig.tight_layout()
-    tmp = f"{path}.tmp.png"
-    fig.savefig(tmp)
-    os.replace(tmp, path)
 
 
 def _style(i: int, method: str) -> dict:
@@ -66,7 +59,7 @@ def position_figure(path: str, buckets: Sequence[Mapping[str, Any]], *, model: s
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=7, frameon=False)
     fig.suptitle("Perplexity by position, zero-shot", fontsize=11)
-    _save(fig, path)
+    save_figure(fig, path)
 
 
 def passkey_figure(path: str, passkey: Sequence[Mapping[str, Any]], *, model: str,
@@ -92,4 +85,4 @@ def passkey_figure(path: str, passkey: Sequence[Mapping[str, Any]], *, model: st
     ax.set_title(f"Passkey retrieval, {model}, zero-shot", fontsize=10)
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=7, frameon=False)
-    _save(fig, path)
+    save_figure(fig, path)

@@ -9,8 +9,8 @@ run by `train.trainer` (sharded, checkpointed, resumable), with
   init         SmolLM2-135M's GGUF file ($POSENC_PRETRAINED_DIR or --pretrained_dir),
                rope_scaling "yarn:4" (the registry's stretch rule from its context C = 8192)
   training     full fine-tune, one window of 4C tokens a step, AdamW at 2e-5 (the YaRN paper),
-               bfloat16 compute over float32 weights, the chunked loss, remat "block" where
-               the model has it, attention "auto" (the kernel on a GPU)
+               bfloat16 compute over float32 weights, the chunked loss, remat "block",
+               attention "auto" (the kernel on a GPU)
   data         the bundled corpus through SmolLM2's tokenizer, documents joined by EOS
   measures     `train.extension_eval` before the first step and at the end: perplexity by
                position bucket over the first 4C held-out tokens, passkey at C, 2C and 4C
@@ -23,14 +23,12 @@ llama checkpoint of tests/data (C = 64, 128-token windows, three steps), in seco
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import importlib.util
 import os
 import pathlib
 import shutil
 import sys
 
-from posenc_jax.model.config import TransformerConfig
 from train import trainer
 from train.extension_eval import REPORT
 
@@ -57,8 +55,7 @@ def section_config(*, checkpoint: str, context: int, steps: int, lr: float, smok
     config.learning_rate, config.warmup_steps = lr, min(10, steps // 10)
     config.checkpoint_every_steps, config.log_every_steps = 50, max(1, steps // 20)
     config.model.dtype = "float32" if smoke else "bfloat16"
-    if "remat" in {f.name for f in dataclasses.fields(TransformerConfig)}:
-        config.model.remat = "block"
+    config.model.remat = "block"
     config.eval.lengths = ()  # the buckets hold the perplexity
     config.eval.extension.update(enabled=True, length=length,
                                  passkey_lengths=(256,) if smoke else (

@@ -2,10 +2,13 @@
 
     make_plan(config, workdir) -> Plan
 
-For each model (config.models, each described in config.model.<name>: its file, its context C,
-its rotary dim, whether its tokenizer wants BOS) and each method (`none` and the RoPE scaling
-methods of the registry that have a `stretch` rule, `train.study.scalings.methods()`), at each
-length n of config.lengths ('C/4', 'C', '2C', '4C' or ints):
+    plan_of(settings, workdir) -> Plan         the same from `settings.read(config)`
+
+For each model (config.models, each described in config.model.<name>: its file, whether its
+tokenizer wants BOS; its context C and rotary dim read from the checkpoint by `settings`) and
+each method (`none` and the RoPE scaling methods of the registry that have a `stretch` rule,
+`train.engine.scalings.methods()`), at each length n of config.lengths ('C/4', 'C', '2C', '4C'
+or ints, `train.engine.lengths`):
 
   ppl      one forward over the first n + 1 tokens of a text (config.texts): the loss at every
            position, reported over the position buckets of `measure.bucket_edges`
@@ -17,7 +20,8 @@ scaling dict as Hugging Face writes it): at n <= C every method has factor 1, th
 positions of that forward ARE the forward at m, so its prefix perplexities give `none` at every
 shorter length. Passkey prompts differ by length, so `none` has a passkey job at every length.
 
-Nothing here loads a model or touches a file; errors (TypeError / ValueError) name the key.
+`plan_of` loads no model and touches no file; `settings.read` checks the config (TypeError /
+ValueError naming the key) and reads each checkpoint's header, nothing more.
 """
 
 from __future__ import annotations
@@ -25,15 +29,16 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import re
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from posenc_jax import checks
 from posenc_jax.encodings import rope_scaling
-from train.extend import prompts, texts
-from train.study import scalings
-from train.study.jobs import NO_SCALING, fingerprint
+from train.engine import scalings
+from train.engine.scalings import NO_SCALING, scaling_config
+from train.engine.store import fingerprint
+from train.extend import settings as settings_lib
+
+all_methods = scalings.all_methods  # what config.methods may name ('all': every one)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -97,119 +102,81 @@ class PasskeyJob(Job):
 @dataclasses.dataclass(frozen=True)
 class Plan:
     workdir: str
-    config: Any
-    models: tuple[str, ...]
-    methods: tuple[str, ...]
-    contexts: Mapping[str, int]
-    lengths: Mapping[str, tuple[int, ...]]
+    settings: settings_lib.Settings
     jobs: tuple[Job, ...]
+
+    @property
+    def config(self) -> settings_lib.Settings:
+        """What a worker process would rebuild the plan from (the engine's protocol)."""
+        return self.settings
+
+    @property
+    def models(self) -> tuple[str, ...]:
+        return tuple(m.name for m in self.settings.models)
+
+    @property
+    def methods(self) -> tuple[str, ...]:
+        return self.settings.methods
+
+    @property
+    def contexts(self) -> Mapping[str, int]:
+        return {m.name: m.context for m in self.settings.models}
+
+    @property
+    def lengths(self) -> Mapping[str, tuple[int, ...]]:
+        return {m.name: m.lengths for m in self.settings.models}
 
     def of_kind(self, kind: str) -> list[Job]:
         return [j for j in self.jobs if j.kind == kind]
 
 
-def all_methods() -> tuple[str, ...]:
-    """'none' and every registry method with a stretch rule, in the registry's order."""
-    return (NO_SCALING, *scalings.methods())
-
-
-def parse_names(value: Any, *, what: str, valid) -> tuple[str, ...]:
-    """A comma-separated string (or 'all') of names from `valid`."""
-    if not isinstance(value, str):
-        raise TypeError(f"config.{what} must be a str, got {type(value).__name__}: {value!r}")
-    if value.strip() == "all":
-        return tuple(valid)
-    names = tuple(n.strip() for n in value.split(",") if n.strip())
-    unknown = [n for n in names if n not in valid]
-    if unknown or not names:
-        raise ValueError(f"config.{what}={value!r}: unknown {unknown or 'empty'}; valid: "
-                         f"{', '.join(valid)} (or 'all')")
-    return tuple(dict.fromkeys(names))
-
-
-def length(raw: str, *, context: int) -> int:
-    """'C', '4C', '4*C', 'C/4' or an int -> tokens."""
-    text = raw.strip().replace(" ", "")
-    if text.isdigit():
-        value = int(text)
-    else:
-        found = re.fullmatch(r"(\d*)\*?C(?:/(\d+))?", text)
-        if not found:
-            raise ValueError(f"length {raw!r} must be an int or 'C', '2C', 'C/4'")
-        value = int(found.group(1) or 1) * context // int(found.group(2) or 1)
-    if value < 2:
-        raise ValueError(f"length {raw!r} = {value} tokens must be >= 2")
-    return value
-
-
-def parse_lengths(spec: str, *, context: int) -> tuple[int, ...]:
-    if not isinstance(spec, str):
-        raise TypeError(f"config.lengths must be a str, got {type(spec).__name__}: {spec!r}")
-    return tuple(sorted({length(p, context=context) for p in spec.split(",") if p.strip()}))
-
-
-def _scaling(method: str, n: int, context: int, rotary_dim: int, overrides) -> dict | None:
+def _scaling(method: str, n: int, model: settings_lib.Model, s: settings_lib.Settings
+             ) -> dict | None:
     if method == NO_SCALING:
         return None
-    return scalings.scaling_config(method, factor=n / context, train_len=context,
-                                   rotary_dim=rotary_dim,
-                                   overrides=(overrides or {}).get(method))
+    return scaling_config(method, factor=n / model.context, train_len=model.context,
+                          rotary_dim=model.rotary_dim, overrides=s.overrides(method))
 
 
-def model_jobs(config, name: str, methods: tuple[str, ...]
-               ) -> tuple[int, tuple[int, ...], list[Job]]:
-    """(context, lengths, jobs) of one model."""
-    spec = config.model[name]
-    context = checks.positive_int(f"model.{name}.context", spec.context)
-    rotary_dim = checks.positive_int(f"model.{name}.rotary_dim", spec.rotary_dim)
-    lengths = parse_lengths(config.lengths, context=context)
-    pk_lengths = parse_lengths(spec.get("passkey_lengths") or config.passkey.lengths
-                               or config.lengths, context=context)
-    text_names = parse_names(config.texts, what="texts", valid=texts.TEXTS)
-    pk = config.passkey
-    depths = tuple(float(d) for d in str(pk.depths).split(",") if d.strip())
-    keys = tuple(prompts.make_keys(int(pk.keys_per_depth), digits=int(pk.digits),
-                                   seed=int(pk.seed)))
-    overrides = config.get("scaling_overrides")
-    overrides = overrides.to_dict() if hasattr(overrides, "to_dict") else overrides
-    common = {"file": spec.file, "dtype": config.dtype, "attention": config.attention,
-              "add_bos": bool(spec.add_bos)}
+def model_jobs(s: settings_lib.Settings, model: settings_lib.Model) -> list[Job]:
+    """The jobs of one model, method by method, length up."""
+    pk = s.passkey
+    common = {"file": model.file, "dtype": s.dtype, "attention": s.attention,
+              "add_bos": model.add_bos}
     jobs: list[Job] = []
-    for method in methods:
-        ppl_at = [max(lengths)] if method == NO_SCALING else [n for n in lengths if n > context]
-        pk_at = list(pk_lengths) if method == NO_SCALING else [n for n in pk_lengths
-                                                                  if n > context]
+    for method in s.methods:
+        above = [n for n in model.lengths if n > model.context]
+        ppl_at = [max(model.lengths)] if method == NO_SCALING else above
+        pk_at = list(model.passkey_lengths) if method == NO_SCALING else [
+            n for n in model.passkey_lengths if n > model.context]
         for n in sorted(set(ppl_at) | set(pk_at)):
-            sc = _scaling(method, n, context, rotary_dim, overrides)
-            base = {"model": name, "method": method, "length": n, "context": context,
-                    "factor": n / context if sc else 1.0,
+            sc = _scaling(method, n, model, s)
+            base = {"model": model.name, "method": method, "length": n,
+                    "context": model.context, "factor": n / model.context if sc else 1.0,
                     "scaling": json.dumps(sc, sort_keys=True)}
             if n in ppl_at:
-                prefixes = tuple(m for m in lengths if m < n) if method == NO_SCALING else ()
-                for text in text_names:
+                prefixes = (tuple(m for m in model.lengths if m < n) if method == NO_SCALING
+                            else ())
+                for text in s.texts:
                     key = {**common, **base, "text": text, "prefixes": prefixes}
                     jobs.append(PplJob(**base, text=text, prefixes=prefixes,
                                        fingerprint=fingerprint(key)))
-            if n in pk_at and bool(pk.enabled) and depths and keys:
-                key = {**common, **base, "depths": depths, "keys": keys,
-                       "new": int(pk.max_new_tokens)}
-                jobs.append(PasskeyJob(**base, depths=depths, keys=keys,
-                                       max_new_tokens=int(pk.max_new_tokens),
+            if n in pk_at and pk.enabled:
+                key = {**common, **base, "depths": pk.depths, "keys": pk.keys,
+                       "new": pk.max_new_tokens}
+                jobs.append(PasskeyJob(**base, depths=pk.depths, keys=pk.keys,
+                                       max_new_tokens=pk.max_new_tokens,
                                        fingerprint=fingerprint(key)))
-    return context, lengths, jobs
+    return jobs
 
 
-def make_plan(config, workdir: str) -> Plan:
-    """Checks `config` and lists the jobs (model by model, method by method, length up)."""
-    models = tuple(n.strip() for n in str(config.models).split(",") if n.strip())
-    unknown = [m for m in models if m not in config.model]
-    if unknown or not models:
-        raise ValueError(f"config.models={config.models!r}: {unknown or 'empty'} not in "
-                         f"config.model ({', '.join(config.model)})")
-    methods = parse_names(config.methods, what="methods", valid=all_methods())
-    contexts, lengths, jobs = {}, {}, []
-    for name in models:
-        contexts[name], lengths[name], more = model_jobs(config, name, methods)
-        jobs += more
-    return Plan(workdir=os.path.abspath(workdir), config=config, models=models,
-                methods=methods, contexts=contexts, lengths=lengths, jobs=tuple(jobs))
+def plan_of(s: settings_lib.Settings, workdir: str) -> Plan:
+    """The jobs of checked settings (model by model, method by method, length up)."""
+    jobs = [job for model in s.models for job in model_jobs(s, model)]
+    return Plan(workdir=os.path.abspath(workdir), settings=s, jobs=tuple(jobs))
+
+
+def make_plan(config, workdir: str, *, inspect=settings_lib.checkpoint_facts) -> Plan:
+    """Checks `config` (`settings.read`, each checkpoint's C and rotary dim from `inspect`)
+    and lists the jobs."""
+    return plan_of(settings_lib.read(config, inspect=inspect), workdir)

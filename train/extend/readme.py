@@ -14,15 +14,15 @@ reading: it writes nothing.
 from __future__ import annotations
 
 import csv
-import json
 import math
 import os
 import sys
 from collections.abc import Sequence
 
+from train.engine.scalings import NO_SCALING
+from train.engine.store import TIMINGS, read_timings
 from train.extend import table
 from train.extend.report import FINETUNE_COMMAND
-from train.study.jobs import NO_SCALING
 
 COMMAND = "python -m train.extend --config=configs/extend_smollm2.py --workdir=docs/extend"
 TOLERANCE, THRESHOLD = 0.10, 0.9
@@ -100,10 +100,7 @@ def section(directory: str, *, link: str | None = None) -> str:
         return "\n".join(head + [f"Not yet measured: `{COMMAND}`.", "", placeholder(), ""])
     buckets = _rows(os.path.join(directory, "buckets.csv"))
     passkey = _rows(os.path.join(directory, "passkey.csv"))
-    timings = []
-    if os.path.exists(os.path.join(directory, "timings.json")):
-        with open(os.path.join(directory, "timings.json")) as f:
-            timings = json.load(f)
+    timings = read_timings(os.path.join(directory, TIMINGS))
     wall = sum(float(t.get("wall_s", 0.0)) for t in timings) / 60
     est = next((t["estimate_s"] / 60 for t in timings if t.get("estimate_s")), None)
     out = head + [

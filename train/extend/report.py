@@ -1,7 +1,8 @@
 """The extension study's files: report.md, ppl.csv, buckets.csv, passkey.csv, the figures.
 
     summary(plan, todo, total=, cost=)    the line printed before the first job
-    write_all(plan, results, invocation=, devices=)
+    describe(job, row)                    a few words for the progress bar
+    write_all(ctx, results, timings) -> [paths]   the study record's `report`
 """
 
 from __future__ import annotations
@@ -12,37 +13,35 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import jax
+
+from train.engine.output import csv_text, machine
+from train.engine.scalings import NO_SCALING
+from train.engine.store import write_text
 from train.extend import figures, table
 from train.extend.plan import Plan
-from train.study import files
-from train.study.jobs import NO_SCALING
-from train.study.report import machine
 
-FILES = ("report.md", "ppl.csv", "buckets.csv", "passkey.csv", "timings.json")
 FINETUNE_COMMAND = "bash scripts/device_check.sh OUT   # section extend_finetune"
-
-
-def paths(workdir: str) -> str:
-    return ", ".join(os.path.join(workdir, f) for f in FILES[:4])
 
 
 def summary(plan: Plan, todo, *, total: float, cost, calibrated_s: float = 0.0) -> str:
     kinds = {k: sum(1 for j in todo if j.kind == k) for k in ("ppl", "passkey")}
     attn = ("" if cost.attention_flops_per_s is None else
-            f", one layer's attention over {plan.config.calibrate_attention_len} tokens at "
+            f", one layer's attention over {plan.settings.calibrate_attention_len} tokens at "
             f"{cost.attention_flops_per_s / 1e9:.1f} GFLOP/s")
     return (f"extend: models {list(plan.models)}, methods {list(plan.methods)}, lengths "
             f"{ {m: list(v) for m, v in plan.lengths.items()} }; to do: {kinds['ppl']} "
             f"perplexity and {kinds['passkey']} passkey jobs of {len(plan.jobs)}; estimated "
             f"{total / 60:.1f} min after {calibrated_s / 60:.1f} min of calibration (here: "
             "one forward of "
-            f"{plan.config.calibrate_len} tokens ran its matmuls at "
+            f"{plan.settings.calibrate_len} tokens ran its matmuls at "
             f"{cost.flops_per_s / 1e9:.1f} GFLOP/s{attn}, compile {cost.compile_s:.1f} s, "
             f"load {cost.load_s:.1f} s; jobs = FLOPs / those rates + compiles + a load: "
             "`train.extend.estimate`) -- an estimate, not a measurement")
 
 
-def describe(row: Mapping[str, Any]) -> str:
+def describe(job, row: Mapping[str, Any]) -> str:
+    del job  # the row names it
     value = (f"ppl={row['ppl']:.3f}" if "ppl" in row
              else f"passkey={row['correct']}/{row['trials']}")
     return f"{row['model']}+{row['method']}@{row['length']} {value}"
@@ -67,14 +66,14 @@ def _grid(rows, *, model, methods, lengths, key, text=None, fmt="{:.3f}") -> lis
 
 
 def _model_section(plan: Plan, model: str, ppl, buckets, passkey) -> list[str]:
-    cfg, context, lengths = plan.config, plan.contexts[model], plan.lengths[model]
-    texts = [t.strip() for t in cfg.texts.split(",") if t.strip()]
+    cfg, context, lengths = plan.settings, plan.contexts[model], plan.lengths[model]
+    texts = list(cfg.texts)
     sup = table.supported(ppl, passkey, model=model, methods=plan.methods, context=context,
-                          texts=texts, tolerance=float(cfg.tolerance),
-                          threshold=float(cfg.passkey_threshold))
-    out = [f"## {model} (context C = {context}; {cfg.model[model].file})", "",
+                          texts=texts, tolerance=cfg.tolerance,
+                          threshold=cfg.passkey_threshold)
+    out = [f"## {model} (context C = {context}; {cfg.model(model).file})", "",
            f"Supported length, zero-shot: the longest length at which perplexity stays within "
-           f"{float(cfg.tolerance):.0%} of the model's own at C (on every text: "
+           f"{cfg.tolerance:.0%} of the model's own at C (on every text: "
            + ", ".join(f"{t} {r:.3f}" for t, r in sup[0]["refs"].items())
            + f") and passkey accuracy stays >= {cfg.passkey_threshold} (at every length "
            "measured up to it).", "",
@@ -162,20 +161,20 @@ def _timing(plan: Plan, results, timings: Sequence[Mapping[str, Any]]) -> list[s
     return out + [f"- sum of the jobs' own seconds: {spent / 60:.1f} min", "", machine(), ""]
 
 
-def write_all(plan: Plan, results: Mapping, *, invocation: Mapping[str, Any],
-              devices: str) -> None:
+def write_all(ctx, results: Mapping, timings: Sequence[Mapping[str, Any]]) -> list[str]:
+    """report.md, ppl.csv, buckets.csv, passkey.csv and two figures per model; their paths."""
+    plan: Plan = ctx.plan
     workdir = plan.workdir
     rows = list(results.values())
     ppl, buckets, passkey = table.ppl_rows(rows), table.bucket_rows(rows), table.passkey_rows(rows)
-    files.write_text(os.path.join(workdir, "ppl.csv"), table.csv_text(ppl, table.PPL_COLUMNS))
-    files.write_text(os.path.join(workdir, "buckets.csv"),
-                     table.csv_text(buckets, table.BUCKET_COLUMNS))
-    files.write_text(os.path.join(workdir, "passkey.csv"),
-                     table.csv_text(passkey, table.PASSKEY_COLUMNS))
-    timings = (files.read_json(os.path.join(workdir, "timings.json")) or []) + [
-        dict(invocation)]
-    files.write_json(os.path.join(workdir, "timings.json"), timings)
-    texts = [t.strip() for t in plan.config.texts.split(",") if t.strip()]
+    written = [os.path.join(workdir, f) for f in ("report.md", "ppl.csv", "buckets.csv",
+                                                   "passkey.csv")]
+    for path, part, columns in zip(written[1:], (ppl, buckets, passkey),
+                                   (table.PPL_COLUMNS, table.BUCKET_COLUMNS,
+                                    table.PASSKEY_COLUMNS)):
+        write_text(path, csv_text(part, columns))
+    texts = list(plan.settings.texts)
+    devices = f"{jax.devices()[0].platform} x{len(jax.devices())}"
     md = ["# Zero-shot context extension of pretrained models", "",
           ("`python -m train.extend --config=<config> --workdir=<dir>` "
           f"({len(plan.jobs)} jobs; {devices}). Perplexity: one forward over the first n + 1 "
@@ -191,4 +190,5 @@ def write_all(plan: Plan, results: Mapping, *, invocation: Mapping[str, Any],
                                model=model, context=plan.contexts[model],
                                methods=plan.methods)
     md += _scaling_notes(plan, results) + _timing(plan, results, timings)
-    files.write_text(os.path.join(workdir, "report.md"), "\n".join(md))
+    write_text(written[0], "\n".join(md))
+    return written

@@ -1,67 +1,34 @@
-"""The extension study's runner: runs a plan's jobs, resuming from what the workdir holds.
+"""The extension study's runners and its record for the engine (`train.engine`).
 
-    run(config, workdir, *, load, progress=True) -> {job name: result row}
+    run(config, workdir, *, load, inspect=settings.checkpoint_facts, progress=True)
+        -> {job name: result row}
 
 `load` is `posenc_jax.pretrained.load` (`__main__` passes it; tests pass a tiny one):
-`load(path, dtype=, rope_scaling=)` -> an object with `.model`, `.tokenizer`. The runner
-takes <workdir>/.lock (`train.workdir_lock`), skips every job whose stored result
-(<workdir>/results/<job name>.json) has its fingerprint, calibrates the estimate on the first
-model (`estimate`), prints it, then runs the rest in plan order with one progress bar, saving
-each result as it finishes. SIGTERM (or Ctrl-C) stops after the job in progress: its result
-is saved when it finished, the process exits 0 and the same command continues. At the end
-`report.write_all` writes report.md, the CSVs and the figures.
+`load(path, dtype=, rope_scaling=)` -> an object with `.model`, `.tokenizer`. The config is
+read once (`settings.read`: every key checked, each checkpoint's C and rotary dim from its
+header by `inspect`) before the engine takes the workdir. The engine (`train.engine.run`) skips
+every job whose stored result (<workdir>/results/<job name>.json) has its fingerprint, prints
+the estimate (`estimate_all`: calibrated on the first model, `estimate`), runs the rest in
+plan order with one progress bar, and stops after the job in progress at SIGTERM or Ctrl-C
+(exit 0; the same command continues). At the end `report.write_all` writes report.md, the
+CSVs and the figures.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
-import os
-import signal
 import time
 from typing import Any
 
-import jax
 import numpy as np
-import tqdm
 from flax import nnx
 
+from train.engine import record
+from train.engine import run as engine
 from train.extend import estimate, measure, prompts, report, texts
-from train.extend.plan import Job, PasskeyJob, Plan, PplJob, make_plan
-from train.study import files
-from train.study.runner import advance
-from train.workdir_lock import WorkdirLock
-
-RESULTS = "results"
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-
-def result_path(plan: Plan, job: Job) -> str:
-    return os.path.join(plan.workdir, RESULTS, f"{job.name}.json")
-
-
-def stored(plan: Plan) -> dict[Job, dict]:
-    """The stored result of every job that has one with its fingerprint."""
-    out = {}
-    for job in plan.jobs:
-        row = files.read_json(result_path(plan, job))
-        if row and row.get("fingerprint") == job.fingerprint:
-            out[job] = row
-    return out
-
-
-def model_path(config, name: str) -> str:
-    """config.model.<name>.file, under config.pretrained_dir, else $POSENC_PRETRAINED_DIR,
-    else <repo>/.pretrained (unless absolute)."""
-    file = config.model[name].file
-    root = (config.get("pretrained_dir") or os.environ.get("POSENC_PRETRAINED_DIR")
-            or os.path.join(ROOT, ".pretrained"))
-    path = file if os.path.isabs(file) else os.path.join(root, file)
-    if not os.path.exists(path):
-        raise ValueError(f"model {name!r}: {path} does not exist (bash scripts/"
-                         "fetch_pretrained.sh DIR, then --config.pretrained_dir=DIR or "
-                         "POSENC_PRETRAINED_DIR=DIR)")
-    return path
+from train.extend import settings as settings_lib
+from train.extend.plan import PasskeyJob, Plan, PplJob, plan_of
 
 
 def with_attention(model, attention: str, block_size: int):
@@ -94,9 +61,9 @@ class Context:
         if key != self.key:
             self.loaded = self.model = None
             start = time.perf_counter()
-            cfg = self.plan.config
-            self.loaded = self.load(model_path(cfg, name), dtype=cfg.dtype, rope_scaling=scaling)
-            self.model = with_attention(self.loaded.model, cfg.attention, int(cfg.block_size))
+            s = self.plan.settings
+            self.loaded = self.load(s.model(name).path, dtype=s.dtype, rope_scaling=scaling)
+            self.model = with_attention(self.loaded.model, s.attention, s.block_size)
             self.load_seconds = time.perf_counter() - start
             self.key = key
         return self.loaded, self.model
@@ -105,7 +72,7 @@ class Context:
         have = self.ids.get((name, text))
         if have is None or len(have) < n:
             have = texts.document_ids(self.loaded.tokenizer, text, n,
-                                      add_bos=bool(self.plan.config.model[name].add_bos))
+                                      add_bos=self.plan.settings.model(name).add_bos)
             self.ids[(name, text)] = have
         return have[:n]
 
@@ -136,7 +103,7 @@ def run_passkey(ctx: Context, job: PasskeyJob) -> dict:
     loaded, model = ctx.get(job.model, job.rope_scaling)
     start = time.perf_counter()
     items = passkey_prompts(loaded.tokenizer, job,
-                            add_bos=bool(ctx.plan.config.model[job.model].add_bos))
+                            add_bos=ctx.plan.settings.model(job.model).add_bos)
     answers = measure.passkey_answers(model, [p.ids for p in items],
                                       decode=loaded.tokenizer.decode,
                                       max_new_tokens=job.max_new_tokens)
@@ -157,8 +124,8 @@ def calibrate(ctx: Context, name: str) -> estimate.Cost:
     config.calibrate_attention_len is 0, one layer's attention over that many tokens alone
     (attention's own rate: at long lengths it is most of the FLOPs)."""
     _loaded, model = ctx.get(name, None)
-    cfg = ctx.plan.config
-    n = int(cfg.calibrate_len)
+    s = ctx.plan.settings
+    n = s.calibrate_len
     ids = ctx.text_ids(name, "prose", n + 1)
     start = time.perf_counter()
     measure.position_nll(model, ids)
@@ -166,7 +133,7 @@ def calibrate(ctx: Context, name: str) -> estimate.Cost:
     start = time.perf_counter()
     measure.position_nll(model, ids)
     forward = time.perf_counter() - start
-    n_attn = int(cfg.get("calibrate_attention_len", 0) or 0)
+    n_attn = s.calibrate_attention_len
     attn = measure.attention_seconds(model, n_attn) if n_attn else None
     return estimate.Cost.calibrate(model.config, forward_seconds=forward, length=n,
                                    compile_s=max(0.0, first - forward),
@@ -174,78 +141,38 @@ def calibrate(ctx: Context, name: str) -> estimate.Cost:
                                    attention_length=n_attn)
 
 
-class _Stop:
-    """SIGTERM / SIGINT set a flag; the loop stops after the job in progress."""
-
-    def __init__(self):
-        self.asked = False
-        self._old = {}
-
-    def __enter__(self):
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            self._old[sig] = signal.signal(sig, self._ask)
-        return self
-
-    def _ask(self, signum, frame):
-        self.asked = True
-
-    def __exit__(self, *exc):
-        for sig, old in self._old.items():
-            signal.signal(sig, old)
+def estimate_all(ctx: Context, todo, workers: int) -> record.Estimate:
+    """Calibrates on the first model of `todo` (`calibrate`) and prices every job."""
+    del workers  # one process: the models are large and the loads dominate
+    start = time.perf_counter()
+    cost = calibrate(ctx, todo[0].model)
+    took = time.perf_counter() - start
+    seconds = estimate.job_seconds(cost, todo)
+    total = sum(seconds.values())
+    return record.Estimate(
+        seconds=seconds,
+        line=report.summary(ctx.plan, todo, total=total, cost=cost, calibrated_s=took),
+        record={"calibrate_s": took, "flops_per_s": cost.flops_per_s,
+                "attention_flops_per_s": cost.attention_flops_per_s,
+                "compile_s": cost.compile_s, "load_s": cost.load_s})
 
 
-def run(config, workdir: str, *, load, progress: bool = True) -> dict[str, dict]:
-    """Runs (or resumes) the study; returns {job name: row}. ValueError before any job for
-    a bad config or a missing model file; WorkdirBusyError while another run holds it."""
-    plan = make_plan(config, workdir)
-    for name in plan.models:
-        model_path(config, name)
-    with WorkdirLock(plan.workdir):
-        return _run(plan, load, progress)
+def prepare(plan: Plan, *, load) -> Context:
+    return Context(plan=plan, load=load)
 
 
-def _run(plan: Plan, load, progress: bool) -> dict[str, dict]:
-    wall = time.perf_counter()
-    os.makedirs(os.path.join(plan.workdir, RESULTS), exist_ok=True)
-    results = stored(plan)
-    todo = [job for job in plan.jobs if job not in results]
-    ctx = Context(plan=plan, load=load)
-    invocation = {"started": time.strftime("%Y-%m-%d %H:%M:%S"), "jobs": len(todo),
-                  "load_at_start": list(os.getloadavg())}
-    if todo:
-        start = time.perf_counter()
-        cost = calibrate(ctx, todo[0].model)
-        invocation["calibrate_s"] = time.perf_counter() - start
-        seconds = {job: cost.seconds(job) for job in todo}
-        total = estimate.total_seconds(cost, todo)
-        invocation.update(estimate_s=total, flops_per_s=cost.flops_per_s,
-                          attention_flops_per_s=cost.attention_flops_per_s,
-                          compile_s=cost.compile_s, load_s=cost.load_s)
-        print(report.summary(plan, todo, total=total, cost=cost,
-                             calibrated_s=invocation["calibrate_s"]), flush=True)
-        bar = tqdm.tqdm(total=total, unit="s(est)", disable=not progress, dynamic_ncols=True,
-                        bar_format="extend {percentage:3.0f}%|{bar}| {postfix} "
-                                   "[{elapsed}<{remaining}]")
-        try:
-            with _Stop() as stop:
-                for i, job in enumerate(todo, 1):
-                    row = RUNNERS[job.kind](ctx, job)
-                    files.write_json(result_path(plan, job), row)
-                    results[job] = row
-                    bar.set_postfix_str(f"{i}/{len(todo)}, last: {report.describe(row)}",
-                                        refresh=False)
-                    advance(bar, seconds[job])
-                    if stop.asked and i < len(todo):
-                        bar.close()
-                        print(f"extend: stopped after {i} of {len(todo)} jobs (results "
-                              f"saved in {plan.workdir}); rerun the same command to "
-                              "continue", flush=True)
-                        raise SystemExit(0)
-        finally:
-            bar.close()
-    invocation["wall_s"] = time.perf_counter() - wall
-    report.write_all(plan, results, invocation=invocation,
-                     devices=f"{jax.devices()[0].platform} x{len(jax.devices())}")
-    print(f"extend: wrote {report.paths(plan.workdir)} ({invocation['wall_s']:.0f} s this "
-          "run)", flush=True)
+def study() -> record.Study:
+    """The extension study's record (its runners read from `RUNNERS` now)."""
+    return record.Study(name="extend", plan=plan_of, runners=dict(RUNNERS),
+                        report=report.write_all, prepare=prepare, estimate=estimate_all,
+                        describe=report.describe, results_dir="results")
+
+
+def run(config, workdir: str, *, load, inspect=settings_lib.checkpoint_facts,
+        progress: bool = True) -> dict[str, dict]:
+    """Runs (or resumes) the study; returns {job name: row}. ValueError / TypeError before
+    any job for a bad config or a missing model file; WorkdirBusyError while another run
+    holds the workdir."""
+    settings = settings_lib.read(config, inspect=inspect)
+    results = engine.run(study(), settings, workdir, progress=progress, load=load)
     return {job.name: row for job, row in results.items()}

@@ -5,18 +5,16 @@
     supported(...)            the chapter's table: per model and method, the longest length
                               at which perplexity stays within `tolerance` of the model's own
                               at its context C, and passkey accuracy stays >= `threshold`
-    csv_text(rows, columns)   CSV text
+CSV text is the engine's (`train.engine.output.csv_text`).
 """
 
 from __future__ import annotations
 
-import csv
-import io
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from train.study.jobs import NO_SCALING
+from train.engine.scalings import NO_SCALING
 
 PPL_COLUMNS = ("model", "method", "context", "length", "factor", "text", "ppl", "loss",
                "tokens", "seconds", "derived_from")
@@ -54,19 +52,6 @@ def passkey_rows(results: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
     return sorted(({k: r[k] for k in PASSKEY_COLUMNS} for r in results if "answers" in r),
                   key=lambda r: (r["model"], r["method"] != NO_SCALING, r["method"],
                                  r["length"]))
-
-
-def _fmt(value: Any) -> Any:
-    return f"{value:.6g}" if isinstance(value, float) else value
-
-
-def csv_text(rows: Sequence[Mapping[str, Any]], columns: Sequence[str]) -> str:
-    out = io.StringIO(newline="")
-    writer = csv.DictWriter(out, fieldnames=columns, extrasaction="ignore")
-    writer.writeheader()
-    for row in rows:
-        writer.writerow({k: _fmt(row.get(k, "")) for k in columns})
-    return out.getvalue()
 
 
 def curve(rows: Sequence[Mapping[str, Any]], *, model: str, method: str, key: str,

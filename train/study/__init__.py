@@ -5,15 +5,16 @@ L/2 ... 16L, and RoPE zero-shot with every scaling method past L.
     python -m train.study --config=configs/study.py --workdir=runs/study \\
         --config.encodings=rope,alibi --config.train.seed=1
 
-Three steps, one module each:
+A study on the engine (`train.engine`): three parts, one module each, in one record
+(`runner.STUDY`):
 
     plan.make_plan(config, workdir) -> Plan     pure: the config checked, the jobs listed
-    runner.run(config, workdir)                 runs (resumes) the jobs: in order here
-                                                (`execute`), or model by model in worker
-                                                processes (`parallel`, config.workers)
-    report.write_all(...)                       results.csv, report.md, extrapolation.png
+    execute.RUNNERS[job.kind](ctx, job)         one job (train, finetune, eval, passkey)
+    report.write_all(ctx, results, timings)     results.csv, report.md, extrapolation.png
 
-`jobs` holds the job classes (one per kind: train, eval), `scalings` the RoPE scaling dicts,
-`table` the result rows as CSV and markdown, `plot` the figure, `files` every path in the
+`runner.run(config, workdir)` hands the record to the engine, which resumes, locks, handles
+SIGTERM, estimates and, with config.workers, runs models in worker processes. `jobs` holds the
+job classes, `extension` the fine-tune and passkey settings, `table` the result rows as CSV and
+markdown, `figures` the plots, `aggregate` the seed statistics, `files` every path in the
 workdir. Importing this package imports none of them.
 """

@@ -19,7 +19,7 @@ import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from train.study.jobs import NO_SCALING
+from train.engine.scalings import NO_SCALING
 
 Line = tuple[str, str, int, int]  # encoding, scaling, finetune_steps, finetune_len
 

@@ -1,9 +1,10 @@
 """How one study job runs, resuming from what the workdir holds (`runner` orders them).
 
-    prepare(plan, runtime) -> Context     checks, before the first job, what the pure plan
-                                          cannot (below)
-    DONE[job.kind](ctx, job)              the job's stored result, or None
-    RUNNERS[job.kind](ctx, job)           runs it; stores and returns its result
+    prepare(plan, runtime=None) -> Context   checks, before the first job, what the pure plan
+                                             cannot (below)
+    RUNNERS[job.kind](ctx, job)              runs it; returns its result (the engine stores
+                                             an evaluation's row)
+    STORED[job.kind](ctx, job)               a training's result (its marker), or None
 
 `prepare` checks that existing trainings in the workdir were made with the same config, that
 every eval length fits the memory budget on this mesh, and that the eval split is longer than
@@ -11,17 +12,17 @@ every eval length fits the memory budget on this mesh, and that the eval split i
 
   train  `train.trainer.train_and_evaluate` in workdir/<model>/, so an interrupted training
          resumes from its checkpoint; done when the marker file (`files.MARKER`) has the
-         fingerprint and the checkpoint is at the final step.
+         fingerprint and the checkpoint is at the final step (`STORED`).
   eval   the first `eval_num_tokens` targets of `eval_split` in non-overlapping windows of
          `eval_len` (`data.eval_batches`: the same tokens for every length and encoding, each
          window starting without context), on the trained params rebuilt with the job's
          overrides (a scaled encoding keeps the param tree: rope has no params). A job with
          a `note` (the encoding cannot encode those positions) is a row of NaN, not dropped.
-         Its row is stored as workdir/evals/<job name>.json.
+         The engine stores its row as workdir/evals/<job name>.json.
 
 Every result lives in the workdir, one directory or file per job, so jobs of different models
-can run in different processes (`parallel`). A new kind of job needs a `RUNNERS` and a `DONE`
-entry here.
+can run in different processes (`train.engine.workers`). A new kind of job needs a `RUNNERS`
+entry here (and a `STORED` one if the engine's store does not keep its result).
 """
 
 from __future__ import annotations
@@ -35,10 +36,10 @@ from posenc_jax.model import backends
 from posenc_jax.model.config import thaw
 from train import checkpoint, data, evaluation, finetune, passkey_eval, sharding, trainer
 from train.datasets import passkey
+from train.engine.store import read_json, write_json
 from train.runtime import Runtime
 from train.study import extension, files
-from train.study.jobs import (EvalJob, FinetuneJob, PasskeyJob, TrainJob, config_diff,
-                              train_identity)
+from train.study.jobs import EvalJob, FinetuneJob, PasskeyJob, TrainJob, config_diff, train_identity
 from train.study.plan import Plan, eval_attention
 
 
@@ -78,7 +79,7 @@ def _check_workdir(workdir: files.Workdir, job: TrainJob, config) -> None:
     does, where the marker has them."""
     marker_path, model_dir = workdir.marker(job.model), workdir.model_dir(job.model)
     if os.path.exists(marker_path):
-        marker = files.read_json(marker_path) or {}
+        marker = read_json(marker_path) or {}
         if marker.get("fingerprint") != job.fingerprint:
             saved = marker.get("config")
             diff = config_diff(saved, train_identity(config)) if isinstance(saved, dict) else []
@@ -116,8 +117,9 @@ def _check_memory(plan: Plan, shards: int) -> None:
                     f" {fixes}")
 
 
-def prepare(plan: Plan, runtime: Runtime) -> Context:
+def prepare(plan: Plan, runtime: Runtime | None = None) -> Context:
     """Checks what needs the workdir, devices or data (see the module docstring)."""
+    runtime = runtime or Runtime()
     workdir = files.Workdir(plan.workdir)
     for job in plan.of_kind(TrainJob.kind) + plan.of_kind(FinetuneJob.kind):
         _check_workdir(workdir, job, plan.train_configs[job.model])
@@ -138,7 +140,7 @@ def prepare(plan: Plan, runtime: Runtime) -> Context:
 
 def train_done(ctx: Context, job: TrainJob) -> dict | None:
     """The marker of a finished training of this job's config, else None."""
-    marker = files.read_json(ctx.workdir.marker(job.model))
+    marker = read_json(ctx.workdir.marker(job.model))
     if not marker or marker.get("fingerprint") != job.fingerprint:
         return None
     directory = os.path.join(ctx.workdir.model_dir(job.model), checkpoint.CHECKPOINT_DIR)
@@ -157,10 +159,10 @@ def run_train(ctx: Context, job: TrainJob) -> dict:
     `FinetuneJob` first takes its base model's checkpoint as its own first one."""
     model_dir, marker_path = ctx.workdir.model_dir(job.model), ctx.workdir.marker(job.model)
     os.makedirs(model_dir, exist_ok=True)
-    marker = files.read_json(marker_path) or {"train_seconds": 0.0}
+    marker = read_json(marker_path) or {"train_seconds": 0.0}
     config = ctx.plan.train_configs[job.model]
-    files.write_json(marker_path, {**marker, "fingerprint": job.fingerprint, "finished": False,
-                                   "config": train_identity(config)})
+    write_json(marker_path, {**marker, "fingerprint": job.fingerprint, "finished": False,
+                             "config": train_identity(config)})
     start = time.perf_counter()
     if isinstance(job, FinetuneJob):
         finetune.start_from(ctx.workdir.model_dir(job.base), model_dir, config, step=job.step)
@@ -175,13 +177,8 @@ def run_train(ctx: Context, job: TrainJob) -> dict:
               "config": train_identity(config),
               "train_seconds": marker.get("train_seconds", 0.0) + seconds,
               "final_loss": result.get("loss"), "step": result.get("step")}
-    files.write_json(marker_path, marker)
+    write_json(marker_path, marker)
     return marker
-
-
-def eval_done(ctx: Context, job: EvalJob) -> dict | None:
-    row = files.read_json(ctx.workdir.job(job.name))
-    return row if row and row.get("fingerprint") == job.fingerprint else None
 
 
 def _params(ctx: Context, model: str):
@@ -197,7 +194,7 @@ def _params(ctx: Context, model: str):
 
 
 def run_eval(ctx: Context, job: EvalJob) -> dict:
-    """Evaluates the job; stores and returns its row."""
+    """Evaluates the job; returns its row."""
     row = job.row()
     if job.note:
         row.update(loss=float("nan"), ppl=float("nan"), tokens=0, eval_seconds=0.0,
@@ -214,12 +211,11 @@ def run_eval(ctx: Context, job: EvalJob) -> dict:
             packed=config.dataset.packed, runtime=ctx.runtime)
         row.update(loss=result["loss"], ppl=result["ppl"], tokens=result["tokens"],
                    eval_seconds=time.perf_counter() - start, note="")
-    files.write_json(ctx.workdir.job(job.name), row)
     return row
 
 
 def run_passkey(ctx: Context, job: PasskeyJob) -> dict:
-    """Passkey retrieval of the job's model at its length; stores and returns its row."""
+    """Passkey retrieval of the job's model at its length; returns its row."""
     row = job.row()
     if job.note:
         row.update(accuracy=float("nan"), correct=0, digit_accuracy=float("nan"),
@@ -236,11 +232,9 @@ def run_passkey(ctx: Context, job: PasskeyJob) -> dict:
         row.update(accuracy=result["accuracy"], correct=result["correct"],
                    digit_accuracy=result["digit_accuracy"],
                    eval_seconds=time.perf_counter() - start, note="")
-    files.write_json(ctx.workdir.job(job.name), row)
     return row
 
 
 RUNNERS = {TrainJob.kind: run_train, FinetuneJob.kind: run_train, EvalJob.kind: run_eval,
            PasskeyJob.kind: run_passkey}
-DONE = {TrainJob.kind: train_done, FinetuneJob.kind: train_done, EvalJob.kind: eval_done,
-        PasskeyJob.kind: eval_done}
+STORED = {TrainJob.kind: train_done, FinetuneJob.kind: train_done}

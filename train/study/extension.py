@@ -29,14 +29,11 @@ import ml_collections
 
 from posenc_jax import checks
 from train import finetune
-from train.study import scalings
-from train.study.jobs import (
-    NO_SCALING,
-    FinetuneJob,
-    fingerprint,
-    flops_per_token,
-    train_fingerprint,
-)
+from train.engine import lengths, names, scalings
+from train.engine.flops import train_flops
+from train.engine.scalings import NO_SCALING
+from train.engine.store import fingerprint
+from train.study.jobs import FinetuneJob, train_fingerprint
 
 PASSKEY_DIGITS = 5
 
@@ -60,27 +57,26 @@ class Settings:
     pk_ft_steps: int
 
 
-def settings(config, *, train_len: int, parse_names, length) -> Settings:
+def settings(config, *, train_len: int) -> Settings:
     """Checks config.finetune and config.passkey (absent blocks: nothing to do)."""
     ft = config.get("finetune") or ml_collections.ConfigDict()
     pk = config.get("passkey") or ml_collections.ConfigDict()
-    ft_scalings = parse_names(ft.get("scalings", ""), what="finetune.scalings",
-                              valid=(NO_SCALING, *scalings.methods()))
-    ft_len = length(ft.get("length", "4L"), train_len=train_len, what="config.finetune.length",
-                    where="")
+    ft_scalings = names.names(ft.get("scalings", ""), key="config.finetune.scalings",
+                              valid=scalings.all_methods())
+    ft_len = lengths.length(ft.get("length", "4L"), base="L", value=train_len,
+                            what="config.finetune.length")
     fraction = checks.finite_float("config.finetune.fraction", ft.get("fraction", 0.1),
                                    above=0.0, maximum=10.0)
     if ft_scalings and ft_len <= train_len:
         raise ValueError(f"config.finetune.length={ft.get('length')!r} = {ft_len} must exceed "
                          f"L={train_len}")
     enabled = checks.boolean("config.passkey.enabled", pk.get("enabled", False))
-    lengths = tuple(sorted({length(x, train_len=train_len, what="passkey length",
-                                   where=" in config.passkey.lengths") for x in
-                            str(pk.get("lengths", "L")).split(",") if x.strip()}))
+    pk_lengths = lengths.lengths(str(pk.get("lengths", "L")), base="L", value=train_len,
+                                 key="config.passkey.lengths", what="passkey length")
     min_len = checks.integer("config.passkey.min_len", pk.get("min_len", 20),
                              minimum=2 * PASSKEY_DIGITS + 10)
-    if enabled and min(lengths) < min_len:
-        raise ValueError(f"config.passkey.lengths has {min(lengths)} < config.passkey.min_len="
+    if enabled and min(pk_lengths) < min_len:
+        raise ValueError(f"config.passkey.lengths has {min(pk_lengths)} < config.passkey.min_len="
                          f"{min_len} (the shortest passkey document)")
     if enabled and train_len < min_len:
         raise ValueError(f"passkey training needs L={train_len} >= config.passkey.min_len="
@@ -90,7 +86,7 @@ def settings(config, *, train_len: int, parse_names, length) -> Settings:
         ft_batch=checks.integer("config.finetune.batch_size", ft.get("batch_size", 0),
                                 minimum=0),
         passkey=enabled,
-        pk_lengths=lengths,
+        pk_lengths=pk_lengths,
         pk_trials=checks.positive_int("config.passkey.trials", pk.get("trials", 32)),
         pk_eval_seed=checks.integer("config.passkey.eval_seed", pk.get("eval_seed", 0),
                                     minimum=0),
@@ -156,7 +152,7 @@ def finetunes(config, s: Settings, *, model: str, cfg, mc, base_fp: str, steps: 
         tokens = steps * ft_cfg.batch_size * s.ft_len
         job = FinetuneJob(model=name, base=model, step=int(cfg.num_train_steps),
                           fingerprint=fp, compiles=3,
-                          flops=3 * flops_per_token(mc, s.ft_len) * tokens)
+                          flops=train_flops(mc, s.ft_len, tokens))
         out.append((name, method, ft_cfg, job))
     return out
 

@@ -13,15 +13,15 @@ pyplot: no global backend is switched, and it runs headless.
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Mapping, Sequence
 
 import matplotlib
 import matplotlib.ticker
 from matplotlib.figure import Figure
 
+from train.engine.output import save_figure
+from train.engine.scalings import NO_SCALING
 from train.study.aggregate import Line, Spread, line_label, ordered_lines
-from train.study.jobs import NO_SCALING
 
 _STYLES = ["--", ":", "-.", (0, (5, 1, 1, 1)), (0, (1, 1)), (0, (3, 1, 1, 1, 1, 1))]
 _PAST_TAB10 = ("black", "darkgoldenrod", "darkslateblue", "olive", "teal", "maroon")
@@ -85,13 +85,6 @@ def _panels(stats, order):
             (right, f"fine-tuned at {tuned[0][3]} (solid) vs zero-shot")]
 
 
-def _save(fig, path: str) -> None:
-    fig.tight_layout()
-    tmp = f"{path}.tmp.png"
-    fig.savefig(tmp)
-    os.replace(tmp, path)
-
-
 def perplexity_figure(path: str, stats: Mapping[tuple[Line, int], Spread], *,
                       train_len: int, order: Sequence[str] = (), note: str = "") -> None:
     """Perplexity (log) against eval length (log2), median over seeds with min-max bars."""
@@ -112,7 +105,7 @@ def perplexity_figure(path: str, stats: Mapping[tuple[Line, int], Spread], *,
         ax.set_ylabel("perplexity per byte (log scale)")
         ax.set_title(title or f"trained at L={train_len}", fontsize=10)
     fig.suptitle(f"Length extrapolation, trained at L={train_len}{note}", fontsize=11)
-    _save(fig, path)
+    save_figure(fig, path)
 
 
 def passkey_figure(path: str, stats: Mapping[tuple[Line, int], Spread], *,
@@ -127,4 +120,4 @@ def passkey_figure(path: str, stats: Mapping[tuple[Line, int], Spread], *,
         ax.set_ylabel("passkey accuracy (exact key)")
         ax.set_title(title or f"trained at L={train_len}", fontsize=10)
     fig.suptitle(f"Passkey retrieval, trained at L={train_len}{note}", fontsize=11)
-    _save(fig, path)
+    save_figure(fig, path)

@@ -10,25 +10,24 @@
     <workdir>/passkey.png               passkey accuracy against length (`report`)
     <workdir>/timings.json              one record per invocation of the study
 
-Every write is atomic (a temporary file, then `os.replace`), so a killed study never leaves a
-half-written file that a rerun would trust.
+Every write is atomic (`train.engine.store`: a temporary file, then `os.replace`), so a killed
+study never leaves a half-written file that a rerun would trust.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
-from typing import Any
+
+from train.engine.store import TIMINGS
 
 MARKER = "study_train.json"  # in a model's directory: {fingerprint, finished, train_seconds...}
-EVALS = "evals"
+EVALS = "evals"   # the engine's result store: one file per finished evaluation
 RESULTS = "results.csv"
 REPORT = "report.md"
 PLOT = "extrapolation.png"
 PASSKEY = "passkey.csv"
 PASSKEY_PLOT = "passkey.png"
-TIMINGS = "timings.json"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,23 +53,3 @@ class Workdir:
     passkey = property(lambda self: os.path.join(self.root, PASSKEY))
     passkey_plot = property(lambda self: os.path.join(self.root, PASSKEY_PLOT))
     timings = property(lambda self: os.path.join(self.root, TIMINGS))
-
-
-def read_json(path: str) -> Any:
-    """The JSON value in `path`, or None when it is missing or unreadable."""
-    try:
-        with open(path) as f:
-            return json.load(f)
-    except (OSError, ValueError):
-        return None
-
-
-def write_json(path: str, value: Any) -> None:
-    write_text(path, json.dumps(value, indent=1, sort_keys=True, default=str))
-
-
-def write_text(path: str, text: str) -> None:
-    tmp = f"{path}.tmp"
-    with open(tmp, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)

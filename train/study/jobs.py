@@ -1,12 +1,16 @@
 """The study's jobs: small frozen dataclasses, one class per kind of work.
 
 A job says what to do, never how: `plan.make_plan` lists them, `execute.RUNNERS[job.kind]`
-executes one, `report` turns the results into files. Every job has
+executes one (the engine, `train.engine`, stores its result), `report` turns the results into
+files. Every job has
 
     kind         ClassVar: which runner executes it ("train", "eval", ...)
     model        the model it trains or reads: its directory under the workdir
-    fingerprint  what its result depends on; a stored result with another fingerprint is redone
+    fingerprint  what its result depends on (`train.engine.store.fingerprint`); a stored
+                 result with another fingerprint is redone
     flops, compiles   its cost, for the time estimate (`Plan.estimate`)
+    base         (a fine-tune) the model it starts from: the engine's workers wait for its
+                 training
     name         a file-name-safe id, unique in a plan
 
 To add a kind of job: a dataclass here (frozen, kw_only, with its `kind`), a function that
@@ -16,21 +20,15 @@ plans it in `plan`, and one that runs it in `runner` (registered in `RUNNERS`).
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 from typing import Any, ClassVar
 
-NO_SCALING = "none"  # the `scaling` of an evaluation with the encoding as trained
+from train.engine.store import fingerprint
+
 # Keys of the train config that do not change the trained weights (beyond float rounding).
 _NOT_FINGERPRINTED = ("log_every_steps", "checkpoint_every_steps", "checkpoints_to_keep",
                       "async_checkpointing", "eval", "eval_every_steps", "mesh",
                       "logical_axis_rules")
-
-
-def fingerprint(value: Any) -> str:
-    """A short hash of a JSON-able value (keys sorted)."""
-    text = json.dumps(value, sort_keys=True, default=str)
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def train_identity(cfg) -> dict[str, Any]:
@@ -68,15 +66,6 @@ def config_diff(there: dict, here: dict, prefix: str = "config.train") -> list[s
 
     return [f"{k}={show(a, k)} there, {show(b, k)} here"
             for k in sorted(set(a) | set(b)) if a.get(k, _ABSENT) != b.get(k, _ABSENT)]
-
-
-def flops_per_token(mc: Any, length_: int) -> float:
-    """Forward FLOPs per token at sequence length `length_` (dense attention computes the
-    full L x L score matrix)."""
-    e, h, k, d, f = mc.embed_dim, mc.num_heads, mc.num_kv_heads, mc.head_dim, mc.mlp_dim
-    per_layer = 2 * e * h * d + 2 * e * k * d + (3 if mc.mlp_activation == "swiglu" else 2) * e * f
-    return (2.0 * (mc.num_layers * per_layer + e * mc.vocab_size)
-            + 4.0 * mc.num_layers * length_ * h * d)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

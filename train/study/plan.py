@@ -9,7 +9,8 @@ the first job. Anything wrong raises TypeError (a value of the wrong type) or Va
 naming the key and the value.
 
 A job is a small frozen dataclass with a `kind` (`jobs.py`); `execute.RUNNERS` maps each kind
-to the function that executes it. Length expressions: 'L/2', 'L', '2L', '2*L' or an int.
+to the function that executes it. Length expressions: 'L/2', 'L', '2L', '2*L' or an int (the
+engine's grammar, `train.engine.lengths`, over the base L = config.train.seq_len).
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 import os
-import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -28,17 +28,13 @@ from posenc_jax import checks
 from posenc_jax.model import backends
 from posenc_jax.model.config import TransformerConfig, freeze
 from train import state
-from train.study import extension, scalings
-from train.study.jobs import (
-    NO_SCALING,
-    EvalJob,
-    Job,
-    PasskeyJob,
-    TrainJob,
-    fingerprint,
-    flops_per_token,
-    train_fingerprint,
-)
+from train.engine import lengths, names, scalings
+from train.engine.flops import dense_forward_flops_per_token as flops_per_token
+from train.engine.flops import train_flops
+from train.engine.scalings import NO_SCALING
+from train.engine.store import fingerprint
+from train.study import extension
+from train.study.jobs import EvalJob, Job, PasskeyJob, TrainJob, train_fingerprint
 
 #: What `config.eval_attention` may name: "" (as trained) or a backend that lowers everywhere.
 EVAL_ATTENTION = ("", *(n for n in backends.names()
@@ -76,50 +72,10 @@ class Plan:
                 + job.compiles * float(self.config.estimate_compile_s))
 
 
-def parse_names(value: Any, *, what: str, valid) -> tuple[str, ...]:
-    """'a,b' (or a sequence) -> ('a', 'b'), each one of `valid`, none twice."""
-    if isinstance(value, str):
-        names = [v.strip() for v in value.split(",") if v.strip()]
-    elif isinstance(value, (list, tuple)):
-        names = [str(v).strip() for v in value]
-    else:
-        raise TypeError(f"config.{what} must be a comma-separated string, got {value!r}")
-    for name in names:
-        checks.one_of(what[:-1], name, tuple(valid))
-    if len(set(names)) != len(names):
-        raise ValueError(f"config.{what}={value!r} names an entry twice")
-    return tuple(names)
-
-
-def length(raw: Any, *, train_len: int, what: str = "eval length",
-           where: str = " in config.eval_lengths") -> int:
-    """One length expression ('L/2', '4L', '2*L', '100') -> a positive int (L = train_len);
-    errors say `what` it is and `where` it came from (the finetune's length is no eval length)."""
-    text = str(raw).strip().replace(" ", "")
-    m = re.fullmatch(r"(\d+)?\*?L(?:/(\d+))?", text)
-    if m:
-        mult, div = int(m.group(1) or 1), int(m.group(2) or 1)
-        if div == 0 or (mult * train_len) % div:
-            raise ValueError(f"{what} {text!r} is not a whole number of tokens for "
-                             f"L={train_len}")
-        value = mult * train_len // div
-    elif re.fullmatch(r"\d+", text):
-        value = int(text)
-    else:
-        raise ValueError(f"{what} {raw!r}{where} must be a positive int "
-                         "or a multiple of L such as 'L/2', 'L', '4L'")
-    if value < 1:
-        raise ValueError(f"{what} {raw!r} must be a positive number of tokens, got {value}")
-    return value
-
-
 def parse_lengths(spec: Any, *, train_len: int) -> tuple[int, ...]:
-    """'L/2,L,2L,16L,3000' -> sorted distinct positive ints (L = train_len)."""
-    items = spec.split(",") if isinstance(spec, str) else list(spec)
-    out = {length(raw, train_len=train_len) for raw in items}
-    if not out:
-        raise ValueError(f"config.eval_lengths={spec!r} names no length")
-    return tuple(sorted(out))
+    """config.eval_lengths ('L/2,L,2L,16L,3000') -> sorted distinct positive ints."""
+    return lengths.lengths(spec, base="L", value=train_len, key="config.eval_lengths",
+                           what="eval length")
 
 
 def encoding_names(config) -> tuple[str, ...]:
@@ -129,11 +85,11 @@ def encoding_names(config) -> tuple[str, ...]:
     registered = posenc_jax.names()
     if isinstance(config.encodings, str) and config.encodings.strip() == "all":
         order = [n.strip() for n in str(config.get("encoding_order") or "").split(",")]
-        skip = set(parse_names(config.get("encodings_excluded") or "",
-                               what="encodings_excluded", valid=registered))
+        skip = set(names.names(config.get("encodings_excluded") or "",
+                               key="config.encodings_excluded", valid=registered))
         first = [n for n in order if n in registered and n not in skip]
         return tuple(first + sorted(set(registered) - set(first) - skip))
-    return parse_names(config.encodings, what="encodings", valid=registered)
+    return names.names(config.encodings, key="config.encodings", valid=registered)
 
 
 def parse_seeds(value: Any, *, default: int) -> tuple[int, ...]:
@@ -174,7 +130,7 @@ def train_config(config, encoding: str, train_len: int, *, seed: int | None = No
 def _train_job(model: str, cfg, mc: TransformerConfig) -> TrainJob:
     tokens = cfg.num_train_steps * cfg.batch_size * cfg.seq_len
     return TrainJob(model=model, fingerprint=train_fingerprint(cfg),
-                    flops=3 * flops_per_token(mc, cfg.seq_len) * tokens, compiles=3)
+                    flops=train_flops(mc, cfg.seq_len, tokens), compiles=3)
 
 
 def eval_attention(config, model_config: TransformerConfig) -> str:
@@ -236,7 +192,8 @@ def eval_jobs(config, model: str, cfg, mc: TransformerConfig, *, train_fp: str, 
                                 overrides=freeze({**base, **({"encoding_kwargs": kwargs}
                                                              if kwargs else {})}),
                                 fingerprint=fingerprint(key),
-                                flops=0.0 if note else flops_per_token(mc, n) * scoring.tokens(n),
+                                flops=0.0 if note else
+                                flops_per_token(mc, n) * scoring.tokens(n),
                                 compiles=0 if note else 1))
 
     for n in lengths:
@@ -267,7 +224,8 @@ def make_plan(config, workdir: str) -> Plan:
     if not encodings:
         raise ValueError(f"config.encodings={config.encodings!r} names no encoding; valid "
                          f"names are: {', '.join(posenc_jax.names())}")
-    scaling_names = parse_names(config.scalings, what="scalings", valid=scalings.methods())
+    scaling_names = names.names(config.scalings, key="config.scalings",
+                                valid=scalings.methods())
     train_len = checks.positive_int("config.train.seq_len", config.train.seq_len)
     eval_lens = parse_lengths(config.eval_lengths, train_len=train_len)
     num_tokens = checks.positive_int("config.eval_num_tokens", config.eval_num_tokens)
@@ -277,8 +235,7 @@ def make_plan(config, workdir: str) -> Plan:
                          "they would have zero full windows; raise eval_num_tokens or drop them")
     checks.one_of("config.eval_attention", config.get("eval_attention") or "", EVAL_ATTENTION)
 
-    ext = extension.settings(config, train_len=train_len, parse_names=parse_names,
-                             length=length)
+    ext = extension.settings(config, train_len=train_len)
     seeds = parse_seeds(config.get("seeds", ""), default=config.train.seed)
     ft_steps = max(1, round(ext.ft_fraction * config.train.num_train_steps))
     lm = Scoring(job=EvalJob, key={"tokens": num_tokens, "split": config.eval_split}, extra={},
@@ -312,12 +269,12 @@ def make_plan(config, workdir: str) -> Plan:
                 pk_cfg = extension.passkey_config(cfg, ext, max_len=train_len)
                 models.append((_train_job(f"{models[0][0].model}.passkey", pk_cfg, mc), pk_cfg,
                                pk, ext.pk_lengths, ext.pk_ft_steps, ext.ft_len))
-            for job, base_cfg, scoring, lengths, steps, max_len in models:
-                add(job, base_cfg, scoring, lengths)
+            for job, base_cfg, scoring, lens, steps, max_len in models:
+                add(job, base_cfg, scoring, lens)
                 for name, method, ft_cfg, ft_job in extension.finetunes(
                         config, ext, model=job.model, cfg=base_cfg, mc=mc,
                         base_fp=job.fingerprint, steps=steps, max_len=max_len):
-                    add(ft_job, ft_cfg, scoring, lengths, tuned=(method, steps, ext.ft_len),
+                    add(ft_job, ft_cfg, scoring, lens, tuned=(method, steps, ext.ft_len),
                         zero_shot=())
     return Plan(workdir=os.path.abspath(workdir), config=config, encodings=encodings,
                 scalings=scaling_names, seeds=seeds, settings=ext, train_len=train_len,

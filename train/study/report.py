@@ -1,9 +1,10 @@
 """The study's report: every output file and every line of text it shows.
 
-    write_all(plan, workdir, rows=..., passkey_rows=..., results=..., invocation=..., corpus=...)
-        results.csv, passkey.csv, report.md, extrapolation.png, passkey.png and timings.json
-    write_results(workdir, rows, passkey_rows)   the CSVs alone (partial results, mid-run)
-    summary(plan, todo), describe(job, result)   the console lines
+    write_all(ctx, results, timings) -> [paths]   the study record's `report`: results.csv,
+        passkey.csv, report.md, extrapolation.png, passkey.png (timings.json: the engine's)
+    write_partial(ctx, results)                  the CSVs alone (partial results, mid-run)
+    estimate(ctx, todo, workers), summary(plan, todo), describe(job, result)
+                                                 the estimate and the console lines
 
     python -m train.study.report --a=runs/study --b=runs/study_seed1   # seed-to-seed noise
 """
@@ -11,18 +12,18 @@
 from __future__ import annotations
 
 import json
-import os
-import platform
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import flax
-import jax
 from absl import flags
 
 from posenc_jax.model.config import thaw
+from train.engine import record, workers
+from train.engine.output import machine
+from train.engine.scalings import NO_SCALING
+from train.engine.store import write_text
 from train.study import aggregate, extension, figures, files, table
-from train.study.jobs import NO_SCALING, EvalJob, FinetuneJob, Job, PasskeyJob, TrainJob
+from train.study.jobs import EvalJob, FinetuneJob, Job, PasskeyJob, TrainJob
 from train.study.plan import Plan
 
 
@@ -54,22 +55,14 @@ def describe(job: Job, result: Any) -> str:
     return f"{job.kind} {job.model}"
 
 
-def machine() -> str:
-    """CPU model and cores, load, Python/JAX/Flax versions and devices, as markdown lines."""
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next(line.split(":", 1)[1].strip() for line in f if "model name" in line)
-    except (OSError, StopIteration):
-        pass
-    load = ", ".join(f"{x:.2f}" for x in os.getloadavg()) if hasattr(os, "getloadavg") else "?"
-    devices = jax.devices()
-    return "\n".join([
-        (f"- CPU: {cpu}, {os.cpu_count()} logical cores; load average (1, 5, 15 min) at "
-         f"report time: {load}"),
-        f"- {platform.platform()}, Python {platform.python_version()}",
-        (f"- jax {jax.__version__}, flax {flax.__version__}; {len(devices)} device(s): "
-         f"{devices[0].platform} ({devices[0].device_kind})")])
+def estimate(ctx, todo: Sequence[Job], count: int) -> record.Estimate:
+    """The engine's estimate: `config.estimate_gflops` and compile time per job; the printed
+    total divided by the workers' speedup (`train.engine.workers.speedup`)."""
+    plan, speedup = ctx.plan, workers.speedup(count)
+    seconds = {job: plan.estimate(job) for job in todo}
+    return record.Estimate(seconds=seconds,
+                           line=summary(plan, todo, workers=count, speedup=speedup),
+                           record={"estimate_s": sum(seconds.values()) / speedup})
 
 
 def _timing_table(plan: Plan, results: Mapping[Job, Any], timings: dict) -> str:
@@ -87,11 +80,12 @@ def _timing_table(plan: Plan, results: Mapping[Job, Any], timings: dict) -> str:
     lines += ["", ("Invocations of the study in this workdir (wall time includes data "
                    "preparation and compilation, about 2-3 s per evaluation here; the estimate "
                    "is `config.estimate_gflops`'s):"), ""]
-    for i, run_ in enumerate(timings["invocations"], 1):
+    for i, run_ in enumerate(timings, 1):
         load = ", ".join(f"{x:.2f}" for x in run_["load_at_start"])
         workers = int(run_.get("workers", 1))
         how = f" by {workers} worker processes" if workers > 1 else ""
-        lines.append(f"{i}. {run_['started']}: {run_['work_items']} work items in "
+        jobs = run_.get("jobs", run_.get("work_items"))  # work_items: before the engine
+        lines.append(f"{i}. {run_['started']}: {jobs} work items in "
                      f"{run_['wall_s']:.0f} s{how} (estimated {run_['estimate_s']:.0f} s); load "
                      f"average (1, 5, 15 min) at the start {load}")
     return "\n".join(lines)
@@ -129,7 +123,7 @@ def _method_notes(plan: Plan) -> str:
          "context, so longer windows give the average token more context (as in Press et al. "
          "2022's non-overlapping evaluation)."),
         ("- RoPE scaling: zero-shot (no fine-tuning), factor s = eval_len / L, rebuilt with "
-         "the trained params. See `train.study.scalings.scaling_config` for every parameter; "
+         "the trained params. See `train.engine.scalings.scaling_config` for every parameter; "
          "`dynamic` follows Hugging Face (the base grows as (s * len / L - (s - 1))^(d/(d-2)), "
          "so over a whole window of s * L it is NTK with factor s^2 - s + 1); `longrope` uses "
          "no search: NTK-aware per-dimension factors plus LongRoPE's attention factor.")]
@@ -231,21 +225,29 @@ def markdown(rows: Sequence[Mapping[str, Any]], passkey_rows: Sequence[Mapping[s
     return "\n".join(parts)
 
 
+def _rows(results: Mapping[Job, Any]) -> tuple[list[dict], list[dict]]:
+    """(perplexity rows, passkey rows) of the finished evaluations, in plan order."""
+    return ([r for j, r in results.items() if j.kind == EvalJob.kind],
+            [r for j, r in results.items() if j.kind == PasskeyJob.kind])
+
+
 def write_results(workdir: files.Workdir, rows: Sequence[Mapping[str, Any]],
                   passkey_rows: Sequence[Mapping[str, Any]] = ()) -> None:
-    files.write_text(workdir.results, table.csv_text(rows))
+    write_text(workdir.results, table.csv_text(rows))
     if passkey_rows:
-        files.write_text(workdir.passkey, table.passkey_csv_text(passkey_rows))
+        write_text(workdir.passkey, table.passkey_csv_text(passkey_rows))
 
 
-def write_all(plan: Plan, workdir: files.Workdir, *, rows: Sequence[Mapping[str, Any]],
-              passkey_rows: Sequence[Mapping[str, Any]] = (), results: Mapping[Job, Any],
-              invocation: dict, corpus: dict) -> None:
-    """Appends `invocation` to timings.json, then writes results.csv, passkey.csv, the two
-    figures and report.md."""
-    timings = files.read_json(workdir.timings) or {"invocations": []}
-    timings["invocations"].append(invocation)
-    files.write_json(workdir.timings, timings)
+def write_partial(ctx, results: Mapping[Job, Any]) -> None:
+    """results.csv (and passkey.csv) from the evaluations finished so far."""
+    write_results(ctx.workdir, *_rows(results))
+
+
+def write_all(ctx, results: Mapping[Job, Any], timings: Sequence[Mapping[str, Any]]
+              ) -> list[str]:
+    """results.csv, passkey.csv, the two figures and report.md; their paths."""
+    plan, workdir = ctx.plan, ctx.workdir
+    rows, passkey_rows = _rows(results)
     write_results(workdir, rows, passkey_rows)
     order = list(plan.encodings)
     seeds = f" (seeds {', '.join(map(str, plan.seeds))}: median, min-max bars)" \
@@ -255,7 +257,7 @@ def write_all(plan: Plan, workdir: files.Workdir, *, rows: Sequence[Mapping[str,
     if passkey_rows:
         figures.passkey_figure(workdir.passkey_plot, aggregate.over_seeds(passkey_rows, "accuracy"),
                                train_len=plan.train_len, order=order, note=seeds)
-    corpus_text = json.dumps(corpus, indent=1, sort_keys=True, default=str)
+    corpus_text = json.dumps(ctx.corpus, indent=1, sort_keys=True, default=str)
     sections = {
         "How it was measured": _method_notes(plan),
         "Timings": _timing_table(plan, results, timings),
@@ -265,8 +267,9 @@ def write_all(plan: Plan, workdir: files.Workdir, *, rows: Sequence[Mapping[str,
     }
     claims = dict((plan.config.get("claims") or {}).items()) if plan.config.get("claims") \
         else {}
-    files.write_text(workdir.report, markdown(rows, passkey_rows, train_len=plan.train_len,
-                                              order=order, claims=claims, sections=sections))
+    write_text(workdir.report, markdown(rows, passkey_rows, train_len=plan.train_len,
+                                        order=order, claims=claims, sections=sections))
+    return [workdir.results, workdir.report, workdir.plot]
 
 
 def main(argv: Sequence[str]) -> None:

@@ -8,12 +8,12 @@ cannot be run (an encoding past the positions it can encode), with the reason in
 from __future__ import annotations
 
 import csv
-import io
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from train.study.jobs import NO_SCALING
+from train.engine.output import csv_text as engine_csv
+from train.engine.scalings import NO_SCALING
 
 # The first nine are the columns results.csv always had (readers of older files keep working).
 COLUMNS = ("encoding", "scaling", "train_len", "eval_len", "loss", "ppl", "tokens",
@@ -39,19 +39,19 @@ def label(encoding: str, scaling: str, finetune_len: int = 0) -> str:
     return f"{name} ft@{finetune_len}" if finetune_len else name
 
 
+def _cells(row: Mapping[str, Any]) -> dict[str, Any]:
+    """A row as results.csv writes it: defaults filled, NaN empty, seconds to 0.01."""
+    out = {"note": "", "finetune_steps": 0, "finetune_len": 0, "seed": 0, **row}
+    for key in ("loss", "ppl", "accuracy", "digit_accuracy"):
+        if key in out:
+            value = float(out[key])
+            out[key] = "" if math.isnan(value) else f"{value:.6g}"
+    out["eval_seconds"] = f"{float(out.get('eval_seconds', 0.0)):.2f}"
+    return out
+
+
 def _csv(rows: Iterable[Mapping[str, Any]], columns: Sequence[str]) -> str:
-    out_file = io.StringIO(newline="")
-    writer = csv.DictWriter(out_file, fieldnames=columns, extrasaction="ignore")
-    writer.writeheader()
-    for row in sorted(rows, key=row_key):
-        out = {"note": "", "finetune_steps": 0, "finetune_len": 0, "seed": 0, **row}
-        for key in ("loss", "ppl", "accuracy", "digit_accuracy"):
-            if key in out:
-                value = float(out[key])
-                out[key] = "" if math.isnan(value) else f"{value:.6g}"
-        out["eval_seconds"] = f"{float(out.get('eval_seconds', 0.0)):.2f}"
-        writer.writerow(out)
-    return out_file.getvalue()
+    return engine_csv((_cells(r) for r in sorted(rows, key=row_key)), columns)
 
 
 def csv_text(rows: Iterable[Mapping[str, Any]]) -> str:

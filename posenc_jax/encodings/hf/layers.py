@@ -66,7 +66,7 @@ def transformer_config_kwargs(config: Mapping[str, Any], **overrides: Any) -> di
                              f"{mine}= as an override)")
     out = {mine: json_count(theirs, flat[theirs]) for mine, theirs in keys.items()
            if mine not in overrides}
-    if flat.get("num_key_value_heads"):
+    if flat.get("num_key_value_heads") is not None:  # 0 is refused, not read as absent
         out["num_kv_heads"] = json_count("num_key_value_heads", flat["num_key_value_heads"])
     layers = layer_encodings_from_hf(config)
     if layers is None:

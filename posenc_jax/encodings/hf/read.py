@@ -206,6 +206,23 @@ def _original_length(flat: Mapping, raw: dict, rope_type: str) -> None:
         raw[key] = flat[key]
 
 
+def _yarn_ratio(scaling: Mapping | None, max_len: int | None, rope_type: str) -> None:
+    """Warn as transformers 5.24 does (`_validate_yarn_rope_parameters`), then keep the
+    explicit factor as it does: YaRN's factor should be max_position_embeddings /
+    original_max_position_embeddings (a ratio of 1 is taken as "not given")."""
+    if rope_type != "yarn" or scaling is None or max_len is None:
+        return
+    factor, original = scaling.get("factor"), scaling.get("original_max_position_embeddings")
+    if factor is None or not original or max_len / original in (1, factor):
+        return
+    above = (f"; original_max_position_embeddings={original} is above "
+             f"max_position_embeddings={max_len}" if original > max_len else "")
+    warn(f"yarn: factor={factor} but max_position_embeddings / "
+         f"original_max_position_embeddings = {max_len} / {original} = {max_len / original}"
+         f"{above}; the explicit factor is used, as transformers does (it warns too): "
+         "correct max_position_embeddings or original_max_position_embeddings")
+
+
 def _rotary_dim(head_dim: int, prf: Any, rope_type: str, family: Family | None,
                 model_type: str | None) -> int:
     if rope_type == "proportional" or (family is not None and family.apply == "full"
@@ -268,6 +285,7 @@ def read_layer(config: Mapping[str, Any], layer_type: str | None = None) -> Laye
     scaling = validate(raw or {"rope_type": "default"}, rotary_dim=rotary_dim,
                        max_position_embeddings=max_len)
     scaling = scaling if method(rope_type).keys else None
+    _yarn_ratio(scaling, max_len, rope_type)
     mla = family is not None and family.apply == "mla"
     interleave = flat.get("rope_interleave") if mla else None  # null: the half layout
     layout = "interleaved" if interleave is not None and boolean(

@@ -35,8 +35,6 @@ keeps the largest length seen until s drops back to L0 (so after a 6000-token ca
 
 from __future__ import annotations
 
-import importlib
-import warnings
 from collections.abc import Mapping
 from typing import Any
 
@@ -158,19 +156,3 @@ def regime(scaling: Mapping[str, Any] | None, *, seq_len,
                          "original_max_position_embeddings (or max_position_embeddings=)")
     s = jnp.asarray(seq_len).astype(jnp.int32).reshape(())
     return record.regime(s, s > int(orig))
-
-
-# Moved public names: {old name here: (the module that holds it now, its name there)}.
-_MOVED = {"from_hf_config": ("posenc_jax.encodings.hf_config", "from_hf_config")}
-
-
-def __getattr__(name: str):
-    """`rope_scaling.from_hf_config`, moved to `posenc_jax.encodings.hf_config`: still
-    reachable for a release, with a DeprecationWarning (loaded on use, like `posenc_jax`'s own
-    short names: hf_config imports this module)."""
-    if name in _MOVED:
-        module, attr = _MOVED[name]
-        warnings.warn(f"posenc_jax.encodings.rope_scaling.{name} is deprecated: use "
-                      f"{module}.{attr}", DeprecationWarning, stacklevel=2)
-        return getattr(importlib.import_module(module), attr)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -22,6 +22,7 @@ from posenc_jax.model.backends.registry import (
     check,
     choose,
     get,
+    host_platform,
     names,
     register,
     resolve,
@@ -31,5 +32,5 @@ from posenc_jax.model.backends.registry import (
 DENSE, BLOCKWISE, PALLAS, CUDNN = dense.NAME, blockwise.NAME, pallas.NAME, cudnn.NAME
 
 __all__ = ["AUTO", "BLOCKWISE", "CUDNN", "DENSE", "PALLAS", "PLATFORMS", "Backend", "Inputs",
-           "Shapes", "bias_kind", "check", "choose", "get", "names", "register", "resolve",
-           "run"]
+           "Shapes", "bias_kind", "check", "choose", "get", "host_platform", "names", "register",
+           "resolve", "run"]

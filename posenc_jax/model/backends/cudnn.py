@@ -2,9 +2,8 @@
 kernel on NVIDIA GPUs, with its own (index) causal mask for self-attention and no bias unless
 the scheme has one. Never chosen by "auto".
 
-Formerly `attention="dense", dense_backend="cudnn"`, which still selects it (with a
-DeprecationWarning; see `registry.resolve`). Whole rows of logits (CoPE), value terms (Shaw's
-a^V) and block transforms (xPos) are refused: use "dense".
+Whole rows of logits (CoPE), value terms (Shaw's a^V), block transforms (xPos), windows,
+chunks and sinks are refused: use "dense".
 """
 
 from __future__ import annotations
@@ -18,6 +17,5 @@ NAME = "cudnn"
 
 BACKEND = register(Backend(
     name=NAME, call=lambda x: attend_dense(x, fused="cudnn"),
-    summary="cuDNN's fused attention (NVIDIA GPUs); index-causal self-attention",
     bias=frozenset({"elementwise", "positions", "query"}), platforms=frozenset({"cuda"}),
     materialises_scores=True))

@@ -1,6 +1,6 @@
 """The "dense" backend: `jax.nn.dot_product_attention` (XLA) with the bias and masks
-materialised as [B, H, Lq, Lk]; a `RowBias` or a `ValueTerm` takes the explicit-probabilities
-path (`posenc_jax.model.explicit`). Every bias kind, every platform.
+materialised as [B, H, Lq, Lk]; a `RowBias`, a `ValueTerm` or learned sinks take the
+explicit-probabilities path (`posenc_jax.model.explicit`). Every bias kind, every platform.
 
 `attend_dense` is shared with the "cudnn" record (`posenc_jax.model.backends.cudnn`).
 """
@@ -36,11 +36,12 @@ def attend_dense(x: Inputs, *, fused: str) -> jax.Array:
     if isinstance(encoding, BlockTransform):  # dense: the whole query set is one block
         q, k = encoding.block_transform(params, q, k, qp, kp)
     masks = {"q_segment_ids": x.q_segment_ids, "k_segment_ids": x.k_segment_ids,
-             "k_mask": x.k_mask, "window": x.window}
-    if isinstance(encoding, (RowBias, ValueTerm)):  # they read p or whole rows
+             "k_mask": x.k_mask, "window": x.window, "chunk_size": x.chunk_size,
+             "sink_tokens": x.sink_tokens}
+    if isinstance(encoding, (RowBias, ValueTerm)) or x.sinks is not None:  # p, rows, sinks
         mask = build_mask(qp, kp, causal=x.causal, **masks)
         return attend_explicit(q, k, v, encoding=encoding, params=params, q_positions=qp,
-                               k_positions=kp, mask=mask, scale=scale)
+                               k_positions=kp, mask=mask, scale=scale, sinks=x.sinks)
     bias = encoding_bias(encoding, params, qp, kp, (q * scale).astype(q.dtype), h)
     is_causal = fused == "cudnn" and x.causal and x.same_positions
     mask = build_mask(qp, kp, causal=x.causal and not is_causal, **masks)
@@ -56,7 +57,7 @@ def attend_dense(x: Inputs, *, fused: str) -> jax.Array:
 
 BACKEND = register(Backend(
     name=NAME, call=lambda x: attend_dense(x, fused="xla"),
-    summary="jax.nn.dot_product_attention (XLA), bias and masks materialised [B, H, Lq, Lk]",
     bias=frozenset(BIAS_KINDS), platforms=frozenset(PLATFORMS), value_term=True,
-    block_transform=True, sliding_window=True, materialises_scores=True, auto_priority=1,
+    block_transform=True, sliding_window=True, chunked=True, sinks=True, sink_tokens=True,
+    materialises_scores=True, auto_priority=1,
     auto_platforms=frozenset(PLATFORMS), auto_max_scores=AUTO_DENSE_MAX))

@@ -1,12 +1,15 @@
 """The attention-backend registry: one `Backend` record per compute path, and the chooser.
 
 A record says what the backend supports (the bias kinds it computes, whether it applies a
-rotation inside, causal / bidirectional, segment ids, grouped-query attention, KV-cache
-decoding, a sliding window, the platforms it lowers for, value terms, block transforms) and
-how it is called (`call(inputs) -> out`). Everything that decides "may this encoding run
-here" asks `Backend.supports`, which returns None or the reason; "auto" is `choose`, which
-reads the records alone; `TransformerConfig`, the study and `train.xla_flags` read names and
-properties from here. No backend name is spelled outside this package.
+rotation inside, causal / bidirectional, grouped-query attention, a sliding window, chunked
+attention, learned sinks and sink tokens, the platforms it lowers for, value terms, block
+transforms) and how it is called (`call(inputs) -> out`, and `call_lse(inputs) -> (out,
+lse)` for a backend that can be a context-parallel step). Everything that decides "may this
+encoding run here" asks `Backend.supports`, which returns None or the reason; "auto" is
+`choose`, which reads the records alone, for `attend` and for context parallelism's steps
+alike (`run(..., lse=True)`); `TransformerConfig` asks `check` (with the host's platform,
+`host_platform`), the study and `train.xla_flags` read names and properties from here. No
+backend name is spelled outside this package.
 
 Shapes: B batch, Lq / Lk query / key lengths, H query heads, K kv heads, D head dim.
 """
@@ -14,7 +17,6 @@ Shapes: B batch, Lq / Lk query / key lengths, H query heads, K kv heads, D head 
 from __future__ import annotations
 
 import dataclasses
-import warnings
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
@@ -24,7 +26,7 @@ from posenc_jax.encodings import capabilities as cap
 from posenc_jax.encodings.base import Encoding
 
 __all__ = ["AUTO", "PLATFORMS", "Backend", "Inputs", "Shapes", "bias_kind", "check", "choose",
-           "get", "names", "register", "resolve", "run"]
+           "get", "host_platform", "names", "register", "resolve", "run"]
 
 Array = jax.Array
 AUTO = "auto"
@@ -51,6 +53,9 @@ class Shapes(NamedTuple):
     kv_heads: int
     head_dim: int
     window: int | None = None     # a sliding window (None: unlimited)
+    chunk_size: int | None = None  # chunked attention (None: no chunks)
+    sinks: bool = False           # learned sink logits per head
+    sink_tokens: int = 0          # the first positions stay visible beside a window / chunk
 
 
 class Inputs(NamedTuple):
@@ -78,6 +83,9 @@ class Inputs(NamedTuple):
     same_positions: bool
     kernel_blocks: Any = None      # the Pallas kernel's block sizes (`kernels.blocks`)
     window: int | None = None      # sliding window: key kp visible to qp iff qp - kp < window
+    chunk_size: int | None = None  # chunks: visible iff kp // chunk_size == qp // chunk_size
+    sink_tokens: int = 0           # keys with kp < sink_tokens escape the window and chunk
+    sinks: Array | None = None     # float [H] learned sink logits (None: none)
 
 
 def bias_kind(encoding: Encoding) -> str | None:
@@ -98,14 +106,19 @@ class Backend:
     Attributes:
       name: the `attention=` / `implementation=` value.
       call: `call(inputs: Inputs) -> [B, Lq, H, D]` in q.dtype.
-      summary: one line for docs and errors.
       bias: the `BIAS_KINDS` it computes (an encoding without a bias runs everywhere).
       platforms: where it lowers ("cpu" includes Pallas interpret mode).
       rotates_inside: applies a `KernelRotary` rotation itself: q, k and a KV cache stay raw.
       value_term, block_transform: applies a `ValueTerm` / `BlockTransform`.
-      causal, bidirectional, segment_ids, gqa, cache: masks and shapes it supports (cache:
-        decoding over a KV cache, i.e. Lq != Lk and a key mask).
+      causal, bidirectional, gqa: masks and shapes it supports (every backend takes segment
+        ids and a key mask, so KV-cache decoding).
       sliding_window: a local window mask from positions (`Inputs.window`, `Shapes.window`).
+      chunked: chunked attention from positions (`Inputs.chunk_size`).
+      sinks: learned sink logits per head in the denominator (`Inputs.sinks`).
+      sink_tokens: keys at positions < k exempt from the window / chunk (`Inputs.sink_tokens`).
+      call_lse: `call_lse(inputs) -> (out float32 [B, Lq, H, D], lse float32 [B, Lq, H])`,
+        differentiable in both, without sinks (`Inputs.sinks` is None): a step of context
+        parallelism, which merges steps by lse and adds the sinks once. None: not a step.
       materialises_scores: holds [B, H, Lq, Lk] (memory quadratic in the length).
       auto_priority: the order "auto" tries it in (None: never chosen by "auto");
         auto_platforms: where "auto" may choose it; auto_max_scores: "auto" prefers it up to
@@ -117,7 +130,6 @@ class Backend:
 
     name: str
     call: Callable[[Inputs], Array]
-    summary: str
     bias: frozenset
     platforms: frozenset
     rotates_inside: bool = False
@@ -125,10 +137,12 @@ class Backend:
     block_transform: bool = False
     causal: bool = True
     bidirectional: bool = True
-    segment_ids: bool = True
     gqa: bool = True
-    cache: bool = True
     sliding_window: bool = False
+    chunked: bool = False
+    sinks: bool = False
+    sink_tokens: bool = False
+    call_lse: Callable[[Inputs], tuple[Array, Array]] | None = None
     materialises_scores: bool = False
     auto_priority: int | None = None
     auto_platforms: frozenset = frozenset()
@@ -148,9 +162,8 @@ class Backend:
             return f"{here} does not lower for platform {platform!r} (only {sorted(self.platforms)})"
         if not (self.causal if causal else self.bidirectional):
             return f"{here} does not support causal={causal}"
-        if shapes is not None and shapes.window is not None and not self.sliding_window:
-            return (f"{here} has no sliding window (window={shapes.window}); use attention="
-                    f"{_alternatives(lambda b: b.sliding_window)}")
+        if shapes is not None and (reason := self._masks(shapes)) is not None:
+            return reason
         if shapes is not None and shapes.heads != shapes.kv_heads and not self.gqa:
             return f"{here} does not support grouped-query attention (H != K)"
         kind = bias_kind(encoding)
@@ -169,6 +182,19 @@ class Backend:
             if isinstance(encoding, wanted) and not has:
                 return (f"encoding {name!r} declares {what}, which {here} does not apply; use "
                         f"attention={_alternatives(lambda b, a=what: _applies(b, a))}")
+        return None
+
+    def _masks(self, shapes: Shapes) -> str | None:
+        """The reason this backend cannot take the window / chunks / sinks of `shapes`."""
+        here = f"attention={self.name!r}"
+        for given, has, what in (
+                (shapes.window is not None, "sliding_window", f"window={shapes.window}"),
+                (shapes.chunk_size is not None, "chunked", f"chunk_size={shapes.chunk_size}"),
+                (shapes.sinks, "sinks", "sinks (learned sink logits)"),
+                (bool(shapes.sink_tokens), "sink_tokens", f"sink_tokens={shapes.sink_tokens}")):
+            if given and not getattr(self, has):
+                return (f"{here} does not support {what}; use attention="
+                        f"{_alternatives(lambda b, a=has: getattr(b, a))}")
         return None
 
     def _refuse_bias(self, name: str, kind: str) -> str:
@@ -215,49 +241,45 @@ def get(name: str) -> Backend:
     return _REGISTRY[name]
 
 
-#: The legacy `dense_backend=` values and the backend each selects (deprecated).
-LEGACY_DENSE = {None: None, "xla": "dense", "cudnn": "cudnn"}
-
-
-def resolve(implementation: str, dense_backend: str | None = None, *, warn: bool = True) -> str:
-    """The backend name (or "auto") that `implementation` + the deprecated `dense_backend`
-    select: dense_backend="cudnn" with "dense" is "cudnn", "xla" is plain "dense". ValueError
-    for unknown values, naming the valid ones."""
+def resolve(implementation: str) -> str:
+    """`implementation` when it names a backend or "auto"; ValueError naming the valid ones."""
     if implementation != AUTO:
         get(implementation)
-    if dense_backend not in LEGACY_DENSE:
-        raise ValueError(f"unknown dense_backend {dense_backend!r}; valid: "
-                         f"{', '.join(map(repr, LEGACY_DENSE))} (deprecated: use attention=)")
-    if dense_backend is None:
-        return implementation
-    target = LEGACY_DENSE[dense_backend]
-    if implementation not in ("dense", target):
-        raise ValueError(f"dense_backend={dense_backend!r} applies to attention='dense' only, "
-                         f"got attention={implementation!r}; use attention={target!r}")
-    if warn:
-        warnings.warn(f"dense_backend={dense_backend!r} is deprecated; use attention="
-                      f"{target!r}", DeprecationWarning, stacklevel=3)
-    return target
+    return implementation
+
+
+def host_platform() -> str | None:
+    """The accelerator this process runs on ("cuda", "tpu"), or None on a CPU host."""
+    return {"gpu": "cuda", "tpu": "tpu"}.get(jax.default_backend())
 
 
 def check(name: str, encoding: Encoding, *, causal: bool = True,
-          shapes: Shapes | None = None) -> None:
-    """ValueError unless `name` (a backend or "auto") can run `encoding`."""
+          shapes: Shapes | None = None, platform: str | None = None, lse: bool = False
+          ) -> None:
+    """ValueError unless `name` (a backend or "auto") can run `encoding` (on `platform` when
+    given: then a backend's `lowers` is asked too, e.g. the kernel's trial lowering on the
+    host's accelerator; `lse`: as a context-parallel step)."""
     if name == AUTO:
-        choose(encoding, causal=causal, shapes=shapes, platform="cpu")
+        choose(encoding, causal=causal, shapes=shapes, platform=platform or "cpu", lse=lse)
         return
-    reason = get(name).supports(encoding, causal=causal, shapes=shapes)
+    backend = get(name)
+    reason = backend.supports(encoding, causal=causal, shapes=shapes, platform=platform)
+    if reason is None and lse and backend.call_lse is None:
+        reason = (f"attention={name!r} cannot be a context-parallel step (no call_lse); use "
+                  f"{_alternatives(lambda b: b.call_lse is not None)}")
     if reason is not None:
         raise ValueError(reason)
 
 
-def choose(encoding: Encoding, *, causal: bool, shapes: Shapes | None, platform: str
-           ) -> Backend:
+def choose(encoding: Encoding, *, causal: bool, shapes: Shapes | None, platform: str,
+           lse: bool = False) -> Backend:
     """What "auto" runs on `platform`: the first record by `auto_priority` that may be chosen
     there and supports the encoding within its `auto_max_scores`; else the first that supports
-    it at all. ValueError (the first candidate's reason) when none does."""
+    it at all (with `lse`: among the records with a `call_lse`, context parallelism's steps).
+    ValueError (the first candidate's reason) when none does."""
     ranked = sorted((b for b in _REGISTRY.values() if b.auto_priority is not None
-                     and platform in b.auto_platforms), key=lambda b: b.auto_priority)
+                     and platform in b.auto_platforms and (b.call_lse or not lse)),
+                    key=lambda b: b.auto_priority)
     scores = None if shapes is None else shapes.q_len * shapes.k_len
     able = [b for b in ranked
             if b.supports(encoding, causal=causal, shapes=shapes, platform=platform) is None]
@@ -271,14 +293,17 @@ def choose(encoding: Encoding, *, causal: bool, shapes: Shapes | None, platform:
                      else f"no attention backend can be chosen on {platform!r}")
 
 
-def run(name: str, encoding: Encoding, operands: tuple, body: Callable[[Backend, Any], Array],
-        *, causal: bool, shapes: Shapes) -> Array:
-    """`body(record, operands)` for backend `name`; for "auto", the record `choose` picks on
-    the platform lowered for (one `jax.lax.platform_dependent` when the platforms differ)."""
+def run(name: str, encoding: Encoding, operands: tuple, body: Callable[[Backend, Any], Any],
+        *, causal: bool, shapes: Shapes, lse: bool = False) -> Any:
+    """`body(record, operands)` for backend `name` (checked first: ValueError with the
+    record's reason); for "auto", the record `choose` picks on the platform lowered for (one
+    `jax.lax.platform_dependent` when the platforms differ). `lse`: only records with a
+    `call_lse` (context parallelism's steps)."""
     if name != AUTO:
+        check(name, encoding, causal=causal, shapes=shapes, lse=lse)
         return body(get(name), operands)
-    picks: Mapping[str, Backend] = {p: choose(encoding, causal=causal, shapes=shapes, platform=p)
-                                    for p in PLATFORMS}
+    picks: Mapping[str, Backend] = {p: choose(encoding, causal=causal, shapes=shapes,
+                                              platform=p, lse=lse) for p in PLATFORMS}
     default = picks["cpu"]
     if all(b is default for b in picks.values()):
         return body(default, operands)

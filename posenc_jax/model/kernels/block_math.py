@@ -13,7 +13,13 @@ validity int32 [1, bk], RoPE's (cos, sin)). Everything positional is computed he
   applied to both q and k leaves q.k unchanged).
 * the bias: `encoding.elementwise_bias(params, q_pos, k_pos, head)` on the block ([bq, bk]
   float32); its params gradient is `jax.vjp` of that same function at dS (`bias_vjp`).
-* the mask: key valid, causal by positions (k_pos <= q_pos), equal segment ids.
+* the mask: key valid, causal by positions (k_pos <= q_pos), equal segment ids, and the
+  local rules: the window (q_pos - k_pos < W), equal chunk ids (pos // c, computed by the
+  caller), keys with k_pos < sink_tokens exempt from both.
+* learned sinks (gpt-oss): the forward's state starts at (m, l) = (sink, 1) per row, so the
+  sink joins the denominator once and lse includes it; the backward's P = exp(S - lse) is
+  then already right, and the sink's gradient, -sum_rows exp(sink - lse) delta, is one
+  reduction outside the kernel (`vjp.py`).
 
 The three passes are `*_init` / `*_step` / `*_finish` triples over a carry, the same for
 the GPU structure (the carry in a `fori_loop`) and the TPU one (the carry in VMEM scratch):
@@ -35,7 +41,7 @@ from jax import lax
 from jax.experimental import pallas as pl
 
 from posenc_jax.model.kernels.static import Static
-from posenc_jax.model.softmax_math import NEG, log_normaliser, normalise, online_step
+from posenc_jax.model.softmax_math import NEG, log_normaliser, normalise, online_step, start
 
 __all__ = ["NEG", "Side", "Static", "dkv_finish", "dkv_init", "dkv_step", "dq_finish",
            "dq_init", "dq_step", "fwd_finish", "fwd_init", "fwd_step", "load_chunks",
@@ -47,13 +53,15 @@ F32 = jnp.float32
 @dataclasses.dataclass
 class Side:
     """One block of queries or keys as loaded: (rotated) feature pieces, positions (q
-    [bq, 1], k [1, bk]), segment ids or None, key validity (keys only) and (cos, sin)."""
+    [bq, 1], k [1, bk]), segment ids or None, (cos, sin), key validity (keys only) and chunk
+    ids or None."""
 
     pieces: list
     pos: Any
     seg: Any
     cs: Any
     valid: Any = None
+    chunk: Any = None
 
 
 def matmul(a, b, dims: str):
@@ -119,7 +127,8 @@ def load_queries(r, st: Static, index: tuple, rows) -> Side:
     pos = r["qpos"][rows, :]
     cs = rotation(r["rot"], pos, st) if st.rotary else None
     seg = r["qseg"][rows, :] if st.segments else None
-    return Side(load_pieces(r["q"], index, st, cs), pos, seg, cs)
+    chunk = r["qchunk"][rows, :] if st.chunks else None
+    return Side(load_pieces(r["q"], index, st, cs), pos, seg, cs, chunk=chunk)
 
 
 def load_keys(r, st: Static, index: tuple, cols) -> Side:
@@ -127,7 +136,8 @@ def load_keys(r, st: Static, index: tuple, cols) -> Side:
     pos = r["kpos"][:, cols]
     cs = rotation(r["rot"], jnp.transpose(pos), st) if st.rotary else None
     seg = r["kseg"][:, cols] if st.segments else None
-    return Side(load_pieces(r["k"], index, st, cs), pos, seg, cs, r["kvalid"][:, cols])
+    chunk = r["kchunk"][:, cols] if st.chunks else None
+    return Side(load_pieces(r["k"], index, st, cs), pos, seg, cs, r["kvalid"][:, cols], chunk)
 
 
 def scores(qs: list, ks: list, st: Static):
@@ -139,16 +149,23 @@ def scores(qs: list, ks: list, st: Static):
 
 
 def keep_mask(st: Static, q: Side, k: Side):
-    """bool [bq, bk]: which scores are visible (key valid, causal, same segment, inside
-    the window: q_pos - k_pos < window)."""
+    """bool [bq, bk]: which scores are visible (key valid, causal, same segment, and the
+    local rules: inside the window, q_pos - k_pos < window, and the same chunk, unless
+    k_pos < sink_tokens) -- `scores.build_mask`, block by block."""
     keep = jnp.broadcast_to(k.valid != 0, (q.pos.shape[0], k.pos.shape[1]))
     if st.causal:
         keep = jnp.logical_and(keep, k.pos <= q.pos)
     if st.segments:
         keep = jnp.logical_and(keep, q.seg == k.seg)
+    local = None
     if st.window is not None:
-        keep = jnp.logical_and(keep, q.pos - k.pos < st.window)
-    return keep
+        local = q.pos - k.pos < st.window
+    if st.chunks:
+        same = q.chunk == k.chunk
+        local = same if local is None else jnp.logical_and(local, same)
+    if local is not None and st.sink_tokens:
+        local = jnp.logical_or(local, k.pos < st.sink_tokens)
+    return keep if local is None else jnp.logical_and(keep, local)
 
 
 def _head(head):
@@ -189,10 +206,10 @@ def logits(st: Static, params, head, q: Side, k: Side):
 # --- forward: online softmax -> (out, lse) ---------------------------------------------
 # v, dO, out and dv travel as lists of chunks (`Static.v_pieces`).
 
-def fwd_init(st: Static, bq: int):
-    """(m, l, acc chunks): [bq, 1], [bq, 1], ([bq, w], ...) float32."""
-    return (jnp.full((bq, 1), NEG, F32), jnp.zeros((bq, 1), F32),
-            tuple(jnp.zeros((bq, w), F32) for _, w in st.v_pieces))
+def fwd_init(st: Static, bq: int, sink=None):
+    """(m, l, acc chunks): [bq, 1], [bq, 1], ([bq, w], ...) float32; `sink` float32 [bq, 1]
+    (the rows' sink logits) starts (m, l) at (sink, 1) (`softmax_math.start`)."""
+    return (*start((bq, 1), sink), tuple(jnp.zeros((bq, w), F32) for _, w in st.v_pieces))
 
 
 def fwd_step(st: Static, params, head, q: Side, k: Side, vs: list, carry):

@@ -64,7 +64,8 @@ def _fwd_kernel(*refs, layout, st, bq, bk):
             return bm.fwd_step(st, params, h, q, k, vs, carry)
         return lax.cond(r["vis"][b, i, j] != 0, update, lambda x: x, carry)
 
-    carry = lax.fori_loop(0, r["k"].shape[0] // bk, body, bm.fwd_init(st, bq))
+    init = bm.fwd_init(st, bq, r["sink"][...] if st.sinks else None)
+    carry = lax.fori_loop(0, r["k"].shape[0] // bk, body, init)
     o, lse = bm.fwd_finish(carry, r.out["o"].dtype)
     bm.store_chunks(r.out["o"], (_ALL,), st.v_pieces, o)
     r.out["lse"][...] = lse
@@ -130,7 +131,8 @@ def _q_specs(st, x, bq):
     qp = pl.BlockSpec((None, bq, 1), lambda b, h, i: (b, i, 0))
     kp = pl.BlockSpec((None, 1, lk), lambda b, h, i: (b, 0, 0))
     return {"q": q_blk, "do": o_blk, "k": k_all, "v": v_all, "lse": row, "delta": row,
-            "qpos": qp, "qseg": qp, "kpos": kp, "kvalid": kp, "kseg": kp}, q_blk, o_blk, row
+            "sink": row, "qpos": qp, "qseg": qp, "qchunk": qp, "kpos": kp, "kvalid": kp,
+            "kseg": kp, "kchunk": kp}, q_blk, o_blk, row
 
 
 def _k_specs(st, x, bk):
@@ -144,7 +146,8 @@ def _k_specs(st, x, bk):
     qp = pl.BlockSpec((None, lq, 1), lambda b, k, j: (b, 0, 0))
     kp = pl.BlockSpec((None, 1, bk), lambda b, k, j: (b, 0, j))
     return {"q": q_all, "do": do_all, "k": k_blk, "v": v_blk, "lse": row, "delta": row,
-            "qpos": qp, "qseg": qp, "kpos": kp, "kvalid": kp, "kseg": kp}, k_blk, v_blk
+            "qpos": qp, "qseg": qp, "qchunk": qp, "kpos": kp, "kvalid": kp, "kseg": kp,
+            "kchunk": kp}, k_blk, v_blk
 
 
 def _compiler(plan, interpret):

@@ -22,7 +22,7 @@ import functools
 import jax
 import jax.numpy as jnp
 
-from posenc_jax.model.kernels.vjp import _inputs, _run
+from posenc_jax.model.kernels.vjp import _inputs, _run, backward
 
 __all__ = ["core_lse"]
 
@@ -46,10 +46,7 @@ def _bwd(st, res, cotangents):
     do, dlse = cotangents
     delta = (jnp.sum(do.astype(F32) * o.astype(F32), axis=-1, keepdims=True)
              - dlse.astype(F32))                                             # [B, H, Lq, 1]
-    x = dict(_inputs(q, k, v, aux), do=do.astype(o.dtype), lse=lse, delta=delta)
-    dq, dk, dv, dps = _run(st, x, list(leaves), True)
-    dleaves = [g.astype(leaf.dtype) for g, leaf in zip(dps, leaves)]
-    return dq, dk, dv, {n: None for n in aux}, dleaves
+    return backward(st, q, k, v, aux, leaves, lse, delta, do.astype(o.dtype))
 
 
 core_lse.defvjp(_fwd, _bwd)

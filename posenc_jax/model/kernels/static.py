@@ -56,6 +56,11 @@ class Static:
     interpret: Any = None          # CPU: `interpret=` of pallas_call (None: True), e.g. a
                                    # `pltpu.InterpretParams(out_of_bounds_reads="raise")`
     window: int | None = None      # keys with q_pos - k_pos < window (None: unlimited)
+    chunks: bool = False           # chunk ids qchunk / kchunk given: visible iff equal
+    sink_tokens: int = 0           # keys with k_pos < sink_tokens escape window and chunk
+    sinks: bool = False            # a learned sink logit per row (aux "sink") starts m, l
+    q_len: int = 0                 # the real query length (0: unknown): query blocks wholly
+                                   # past it (padding) read no key block
     chunked: bool = False          # power-of-two feature chunks (the GPU structure)
 
     def _split(self, width: int) -> tuple[int, ...]:

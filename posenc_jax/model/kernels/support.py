@@ -31,14 +31,17 @@ _TRIAL_LENGTH = 256
 def unsupported_reason(encoding: Encoding, *, platform: str, head_dim: int, num_heads: int,
                        num_kv_heads: int | None = None, causal: bool = True,
                        window: int | None = None, segments: bool = False,
-                       dtype="bfloat16") -> str | None:
+                       chunk_size: int | None = None, sinks: bool = False,
+                       sink_tokens: int = 0, dtype="bfloat16") -> str | None:
     """None when the kernel lowers for this case on `platform`, else a sentence saying why.
 
     Args:
       encoding: the layer's encoding (its kernel rotation, if any, is applied in-kernel).
       platform: "cuda", "tpu" or "cpu" (interpret mode: every shape the others take).
       head_dim, num_heads, num_kv_heads: D, H, K (K None -> H).
-      causal, window, segments: the attention's mask (window: keys with q - k < window).
+      causal, window, segments, chunk_size, sink_tokens: the attention's mask (window: keys
+        with q - k < window; chunks: kp // c == qp // c; sink tokens exempt from both).
+      sinks: whether learned sink logits join the softmax.
       dtype: the activations' dtype.
     """
     if platform not in PLATFORMS:
@@ -59,7 +62,7 @@ def unsupported_reason(encoding: Encoding, *, platform: str, head_dim: int, num_
     if platform == "cpu":
         return None
     key = (encoding, platform, head_dim, num_heads, kv, bool(causal), window, bool(segments),
-           jnp.dtype(dtype).name)
+           chunk_size, bool(sinks), int(sink_tokens), jnp.dtype(dtype).name)
     try:
         hash(key)
     except TypeError:  # an encoding holding unhashable hyperparameters: not cached
@@ -68,33 +71,36 @@ def unsupported_reason(encoding: Encoding, *, platform: str, head_dim: int, num_
 
 
 @functools.lru_cache(maxsize=512)
-def _trial(encoding, platform, head_dim, num_heads, kv, causal, window, segments, dtype):
+def _trial(encoding, platform, head_dim, num_heads, kv, causal, window, segments, chunk_size,
+           sinks, sink_tokens, dtype):
     length = _TRIAL_LENGTH
     params = jax.eval_shape(encoding.init, jax.random.key(0))
     q = jax.ShapeDtypeStruct((1, length, num_heads, head_dim), dtype)
     k = jax.ShapeDtypeStruct((1, length, kv, head_dim), dtype)
     pos = jax.ShapeDtypeStruct((1, length), jnp.int32)
-    extra = {} if window is None else {"window": window}
+    sink = jax.ShapeDtypeStruct((num_heads,), jnp.float32) if sinks else None
+    extra = {"window": window, "chunk_size": chunk_size, "sink_tokens": sink_tokens}
 
-    def f(q, k, v, params, pos):
+    def f(q, k, v, params, pos, sink):
         seg = jnp.zeros_like(pos) if segments else None
         rotation = (encoding.kernel_rotation(params) if isinstance(encoding, KernelRotary)
                     else None)
 
-        def attn(q, k, v, params):
+        def attn(q, k, v, params, sink):
             return flash_attention(q, k, v, encoding=encoding, params=params, q_positions=pos,
                                    k_positions=pos, causal=causal, q_segment_ids=seg,
-                                   k_segment_ids=seg, rotation=rotation, **extra)
+                                   k_segment_ids=seg, rotation=rotation, sinks=sink, **extra)
 
-        out, vjp = jax.vjp(attn, q, k, v, params)
+        out, vjp = jax.vjp(attn, q, k, v, params, sink)
         return vjp(out)
 
     try:
-        jax.jit(f).trace(q, k, k, params, pos).lower(lowering_platforms=(platform,))
+        jax.jit(f).trace(q, k, k, params, pos, sink).lower(lowering_platforms=(platform,))
     except Exception as e:  # noqa: BLE001 -- any lowering failure is the answer
         first = str(e).strip().splitlines()[0] if str(e).strip() else ""
         return (f"the Pallas kernel does not lower for {platform} with encoding "
                 f"{encoding.name!r} at head_dim={head_dim}, num_heads={num_heads}, "
-                f"num_kv_heads={kv}, causal={causal}, window={window}: "
+                f"num_kv_heads={kv}, causal={causal}, window={window}, chunk_size="
+                f"{chunk_size}, sinks={sinks}: "
                 f"{type(e).__name__}: {first[:300]}")
     return None

@@ -71,7 +71,7 @@ def _fwd_kernel(*refs, layout, st, shapes):
 
     @pl.when(j == 0)
     def _():
-        write(bm.fwd_init(st, m_ref.shape[0]))
+        write(bm.fwd_init(st, m_ref.shape[0], r["sink"][...] if st.sinks else None))
 
     @pl.when(r["vis"][0, j] != 0)
     def _():
@@ -165,7 +165,8 @@ def _specs(st, x, bq, bk, kind, nq):
     k_blk = pl.BlockSpec((None, None, bk, d), ki)
     qp, kp = pl.BlockSpec((None, bq, 1), qr), pl.BlockSpec((None, 1, bk), kr)
     return {"q": q_blk, "do": q_blk, "k": k_blk, "v": k_blk, "lse": row, "delta": row,
-            "qpos": qp, "qseg": qp, "kpos": kp, "kvalid": kp, "kseg": kp, "vis": vis}
+            "sink": row, "qpos": qp, "qseg": qp, "qchunk": qp, "kpos": kp, "kvalid": kp,
+            "kseg": kp, "kchunk": kp, "vis": vis}
 
 
 def _rows(vis):

@@ -29,12 +29,12 @@ from posenc_jax.model.kernels import gpu, tpu
 from posenc_jax.model.kernels.static import Static
 from posenc_jax.model.kernels.blocks import KernelBlocks
 
-__all__ = ["Plan", "core", "padded_length", "visibility"]
+__all__ = ["Plan", "backward", "core", "padded_length", "visibility"]
 
 F32 = jnp.float32
 _INT_MAX = np.iinfo(np.int32).max
 _INT_MIN = np.iinfo(np.int32).min
-_AUX = ("qpos", "kpos", "kvalid", "qseg", "kseg")
+_AUX = ("qpos", "kpos", "kvalid", "qseg", "kseg", "qchunk", "kchunk")
 
 
 def padded_length(length: int) -> tuple[int, int]:
@@ -53,30 +53,45 @@ def _block_min(x, block):
     return jnp.min(x.reshape(b, n // block, block), axis=-1)
 
 
+def _overlap(q_ids, k_ids, valid, bq, bk):
+    """bool [B, nq, nk]: the id ranges of query block i and of the valid keys of block j
+    overlap (a necessary condition for some equal pair: segments, chunks)."""
+    k_min = _block_min(jnp.where(valid, k_ids, _INT_MAX), bk)
+    k_max = _block_max(jnp.where(valid, k_ids, _INT_MIN), bk, _INT_MIN)
+    q_min, q_max = _block_min(q_ids, bq), _block_max(q_ids, bq, _INT_MIN)
+    return (q_min[:, :, None] <= k_max[:, None, :]) & (k_min[:, None, :] <= q_max[:, :, None])
+
+
 def visibility(st: Static, aux: dict, bq: int, bk: int):
     """int32 [B, nq, nk]: 1 where some query of block i may see some key of block j."""
     valid = aux["kvalid"][:, 0, :] != 0                                   # [B, Lk]
     any_valid = jnp.any(valid.reshape(valid.shape[0], -1, bk), axis=-1)[:, None, :]
     vis = any_valid
+    kpos = aux["kpos"][:, 0, :]
     if st.causal:
-        k_min = _block_min(jnp.where(valid, aux["kpos"][:, 0, :], _INT_MAX), bk)
+        k_min = _block_min(jnp.where(valid, kpos, _INT_MAX), bk)
         q_max = _block_max(aux["qpos"][:, :, 0], bq, _INT_MIN)
         vis = vis & (k_min[:, None, :] <= q_max[:, :, None])
     if st.segments:
-        ks = aux["kseg"][:, 0, :]
-        ks_min = _block_min(jnp.where(valid, ks, _INT_MAX), bk)
-        ks_max = _block_max(jnp.where(valid, ks, _INT_MIN), bk, _INT_MIN)
-        qs = aux["qseg"][:, :, 0]
-        qs_min, qs_max = _block_min(qs, bq), _block_max(qs, bq, _INT_MIN)
-        vis = vis & (qs_min[:, :, None] <= ks_max[:, None, :]) \
-            & (ks_min[:, None, :] <= qs_max[:, :, None])
+        vis = vis & _overlap(aux["qseg"][:, :, 0], aux["kseg"][:, 0, :], valid, bq, bk)
+    local = None
     if st.window is not None:  # some q - k < window: q_min < k_max + window (saturating)
-        k_max = _block_max(jnp.where(valid, aux["kpos"][:, 0, :], _INT_MIN), bk, _INT_MIN)
+        k_max = _block_max(jnp.where(valid, kpos, _INT_MIN), bk, _INT_MIN)
         q_min = _block_min(aux["qpos"][:, :, 0], bq)
         sat = k_max > _INT_MAX - st.window                       # k_max + window overflows
         reach = jnp.where(sat, _INT_MAX, k_max + st.window)
-        vis = vis & (sat[:, None, :] | (q_min[:, :, None] < reach[:, None, :]))
+        local = sat[:, None, :] | (q_min[:, :, None] < reach[:, None, :])
+    if st.chunks:
+        same = _overlap(aux["qchunk"][:, :, 0], aux["kchunk"][:, 0, :], valid, bq, bk)
+        local = same if local is None else local & same
+    if local is not None and st.sink_tokens:  # a block holding a sink token stays visible
+        k_min = _block_min(jnp.where(valid, kpos, _INT_MAX), bk)
+        local = local | (k_min < st.sink_tokens)[:, None, :]
+    if local is not None:
+        vis = vis & local
     b, nq, nk = valid.shape[0], aux["qpos"].shape[1] // bq, valid.shape[1] // bk
+    if st.q_len:  # a query block of padding rows only: nothing to compute (its rows dropped)
+        vis = vis & (jnp.arange(nq) * bq < st.q_len)[None, :, None]
     return jnp.broadcast_to(vis, (b, nq, nk)).astype(jnp.int32)   # every (i, j) is read
 
 
@@ -146,14 +161,24 @@ def _core_fwd(st, q, k, v, aux, leaves):
     return o, (q, k, v, aux, leaves, o, lse)
 
 
-def _core_bwd(st, res, do):
-    q, k, v, aux, leaves, o, lse = res
-    delta = jnp.sum(do.astype(F32) * o.astype(F32), axis=-1, keepdims=True)   # [B,H,Lq,1]
+def backward(st, q, k, v, aux, leaves, lse, delta, do):
+    """(dq, dk, dv, d aux, d leaves) given delta = rowsum(dO O) - d lse [B, H, Lq, 1]. The
+    sink rows' gradient (aux "sink", float32 [B, H, Lq, 1]) is -exp(sink - lse) delta: the
+    sink's probability times the row's d lse / d sink = -delta (`block_math` module doc)."""
     x = dict(_inputs(q, k, v, aux), do=do, lse=lse, delta=delta)
+    sink = x.pop("sink", None)                # the backward kernels read lse, not the sink
     dq, dk, dv, dps = _run(st, x, list(leaves), True)
     dleaves = [g.astype(leaf.dtype) for g, leaf in zip(dps, leaves)]
     daux = {n: None for n in aux}
+    if sink is not None:
+        daux["sink"] = -jnp.exp(sink - lse) * delta
     return dq, dk, dv, daux, dleaves
+
+
+def _core_bwd(st, res, do):
+    q, k, v, aux, leaves, o, lse = res
+    delta = jnp.sum(do.astype(F32) * o.astype(F32), axis=-1, keepdims=True)   # [B,H,Lq,1]
+    return backward(st, q, k, v, aux, leaves, lse, delta, do)
 
 
 core.defvjp(_core_fwd, _core_bwd)

@@ -1,0 +1,108 @@
+"""One model family as one record: what a loader, a GGUF reader and an exporter need to know.
+
+Each family lives in its own module beside this one (`llama.py`, `mistral.py`, `qwen2.py`,
+`qwen3.py`, `gemma.py`, `gemma3.py`, `phi3.py`), in the style of jax-ml/bonsai's
+`models/<family>/params.py`: one `Family` value holding
+
+- the config mapping: the model class's defaults for keys a config.json may omit, its
+  activation key and names, qkv bias, QK-norm, the Gemma features and where its sliding
+  windows go (read by `families.mapping.config_kwargs`);
+- the Hugging Face tensor table: checkpoint name -> our param path(s) and layout
+  (`Row`; a row with several paths is a fused tensor, split on load and fused on export);
+- the GGUF architecture, its metadata keys, the config class defaults transformers writes, its
+  tensor names and their fixes (llama.cpp's permuted q/k rows, Gemma's stored `1 + w`);
+- the transformers class it exports as, and when an export chooses it by the model's features.
+
+`families.registry` is the one place that lists the records.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+
+from posenc_jax.pretrained.families.transforms import Layout
+
+__all__ = ["GGUF", "Family", "Row"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Row:
+    """One checkpoint tensor: its Hugging Face name (`{i}`: the layer; written as in a plain
+    causal LM, "model." / "lm_head." being moved under a multimodal prefix by the loader), the
+    param path(s) it fills (`{i}` again) and the layout of each part. Several paths: the tensor
+    is their Hugging Face forms concatenated along axis 0 (Phi-3's qkv_proj, gate_up_proj)."""
+
+    hf: str
+    paths: tuple[tuple[str, ...], ...]
+    layout: Layout
+
+
+@dataclasses.dataclass(frozen=True)
+class GGUF:
+    """A family's GGUF side (transformers 5.24's reading of llama.cpp's files).
+
+    arch: `general.architecture`; name: a `general.name` that selects this family over the
+    arch's default one (transformers' rule for Mistral), None for the default;
+    keys: `<arch>.<key>` -> config.json key; defaults: what the config class writes into
+    config.json when not given; block / top: GGUF tensor part -> Hugging Face part;
+    fixes: GGUF block part -> fn(w [HF layout] float32, config dict) -> w as transformers holds
+    it; complete: fn(config dict, rope_theta) filling the family's per-layer settings."""
+
+    arch: str
+    keys: Mapping[str, str]
+    defaults: Mapping[str, Any]
+    block: Mapping[str, str]
+    top: Mapping[str, str]
+    fixes: Mapping[str, Callable[[np.ndarray, Mapping[str, Any]], np.ndarray]] = (
+        dataclasses.field(default_factory=dict))
+    complete: Callable[[dict, float], None] | None = None
+    name: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Family:
+    """A model family (see the module docstring).
+
+    model_type: config.json's `model_type` (what export writes); aliases: other model_types
+    read the same way (Gemma 3's multimodal `gemma3`, whose text_config is read);
+    defaults: the model class's values for keys config.json may omit;
+    activation_key / activations: the config key naming the MLP activation, and its values ->
+    our `mlp_activation`; qkv_bias, qk_norm: fixed by the class;
+    gemma: (1 + w) norms, post-norms, sqrt(E) embeddings, query_pre_attn_scalar, soft-cap;
+    scaled: sqrt(E) embeddings and (1 + w) norms only (Gemma 1);
+    windows: "none", "all" (every layer, `sliding_window`), "qwen" (layers >=
+    max_window_layers when use_sliding_window) or "layer_types" (the `layer_types` list);
+    partial_rotary: the class rotates the first int(D * partial_rotary_factor) features;
+    hf_tensors: the Hugging Face tensor table; gguf: the GGUF side or None;
+    export_class: the transformers class written in `architectures`; rope_top_level: keys of
+    the RoPE dict an export also writes at the top of config.json, where the class reads them
+    first (Phi-3's original_max_position_embeddings);
+    claims: fn(TransformerConfig) -> bool, whether an export without a named family picks this
+    one (asked in the registry's order), None: only when named."""
+
+    model_type: str
+    defaults: Mapping[str, Any]
+    hf_tensors: tuple[Row, ...]
+    export_class: str
+    aliases: tuple[str, ...] = ()
+    activation_key: str = "hidden_act"
+    activations: Mapping[str, str] = dataclasses.field(
+        default_factory=lambda: {"silu": "swiglu"})
+    qkv_bias: bool = False
+    qk_norm: bool = False
+    gemma: bool = False
+    scaled: bool = False
+    windows: str = "none"
+    partial_rotary: bool = False
+    rope_top_level: tuple[str, ...] = ()
+    gguf: GGUF | None = None
+    claims: Callable[[Any], bool] | None = None
+
+    @property
+    def norm_offset(self) -> float:
+        """The offset of the family's stored norm weights: 1.0 for (1 + w) norms, else 0."""
+        return 1.0 if self.gemma or self.scaled else 0.0

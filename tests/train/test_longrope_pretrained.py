@@ -1,0 +1,172 @@
+"""LongRoPE's search on a pretrained checkpoint (the tiny Llama): the fitness runs the model
+`pretrained.load` builds from the exported dict, the export round-trips, a start count runs
+here and is refused by export, and the command's CPU smoke."""
+
+import dataclasses
+import io
+import json
+import os
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from posenc_jax import pretrained
+from posenc_jax.model.config import TransformerConfig
+from posenc_jax.model.transformer import Transformer
+from train.longrope import cli, export
+from train.longrope.fitness import Perplexity, windows
+from train.longrope.space import Candidate
+
+TINY = os.path.join(os.path.dirname(__file__), "..", "data", "pretrained", "tiny", "llama")
+README = os.path.join(os.path.dirname(__file__), "..", "..", "README.md")
+TARGET = 128  # 2x the tiny model's max_position_embeddings=64
+
+
+@pytest.fixture(scope="module")
+def fit():
+    return Perplexity.load(TINY, target_length=TARGET, text=README, samples=1)
+
+
+def test_space_and_seeds_come_from_the_checkpoint(fit):
+    assert (fit.pairs, fit.original, fit.scale, fit.base) == (4, 64, 2.0, 10000.0)
+    space = fit.space(starts=(0,))
+    # PI; NTK 2^(i/3); YaRN: ramp over correction dims [0, 2] (d=8, base 1e4, L0=64), so
+    # inv_freq * (keep + (1 - keep) / 2) with keep = 1, 1/2, 0, 0 -> factors 1, 4/3, 2, 2
+    assert [s.factors(space.step) for s in fit.seeds(space)] == [
+        (2.0,) * 4, (1.0, 1.26, 1.59, 2.0), (1.0, 1.33, 2.0, 2.0)]
+
+
+def test_fitness_model_is_the_model_pretrained_load_builds_from_the_export(fit, tmp_path):
+    space = fit.space(starts=(0,))
+    best = Candidate((100, 130, 170, 240), 0)
+    scaling = export.rope_scaling(best, step=space.step, target_length=TARGET,
+                                  original_max_position_embeddings=64)
+    assert scaling == {"rope_type": "longrope", "long_factor": [1.0, 1.3, 1.7, 2.4],
+                       "short_factor": [1.0] * 4, "original_max_position_embeddings": 64,
+                       "factor": 2.0}
+    tokens = jnp.asarray(fit.tokens)
+    ours = np.asarray(fit.model(best)(tokens))
+    lm = pretrained.load(TINY, rope_scaling=scaling)
+    assert fit.config(best).layer_encoding(0) == lm.config.layer_encoding(0)
+    assert fit.config(best).scan_layers and not lm.config.scan_layers  # the fitness scans
+    loaded = np.asarray(lm.model(tokens))
+    np.testing.assert_allclose(loaded, ours, atol=1e-5, rtol=1e-5)
+    pretrained.save(lm, tmp_path / "export")                  # out to a transformers dir ...
+    written = json.loads((tmp_path / "export" / "config.json").read_text())
+    rope = written.get("rope_parameters") or written["rope_scaling"]
+    assert rope["rope_type"] == "longrope" and rope["long_factor"] == [1.0, 1.3, 1.7, 2.4]
+    back = pretrained.load(tmp_path / "export")                 # ... and back in
+    np.testing.assert_array_equal(np.asarray(back.model(tokens)), loaded)
+    logits = ours[0, :-1].astype(np.float64)                    # float64 reference loss
+    logp = logits - logits.max(-1, keepdims=True)
+    logp -= np.log(np.exp(logp).sum(-1, keepdims=True))
+    nll = -np.mean(np.take_along_axis(logp, fit.tokens[0, 1:, None].astype(np.int64), -1))
+    assert fit(best) == pytest.approx(np.exp(nll), rel=1e-4)
+
+
+def test_a_start_count_runs_here_and_export_refuses_it(fit, tmp_path):
+    space = fit.space()
+    with_start = Candidate((100, 130, 170, 240), 8)
+    without = Candidate((100, 130, 170, 240), 0)
+    a, b = fit(with_start), fit(without)
+    assert np.isfinite(a) and a != b
+    with pytest.raises(ValueError, match="cannot export start=8 as a Hugging Face rope_scaling: "
+                                         "transformers' longrope .* has no key for the first 8 "
+                                         "positions"):
+        export.rope_scaling(with_start, step=space.step, target_length=TARGET,
+                            original_max_position_embeddings=64)
+    model = fit.model(with_start)
+    with pytest.raises(ValueError, match="cannot export this model as a transformers checkpoint:"
+                                         " .*unscaled_start=8 .*has no transformers "
+                                         "rope_parameters key"):
+        pretrained.save(model, tmp_path / "refused")
+    assert not (tmp_path / "refused" / "config.json").exists()
+
+
+def test_short_text_and_short_target_are_refused(fit):
+    with pytest.raises(ValueError, match="the text has 10 tokens; 2 window.s. of target_length="
+                                         "8 need 16"):
+        windows(np.arange(10), target_length=8, samples=2)
+    with pytest.raises(ValueError, match="target_length=64 must exceed .*llama's original "
+                                         "context max_position_embeddings=64"):
+        Perplexity.pretrained(pretrained.load(TINY), fit.tokens[:, :64], where=TINY)
+
+
+@pytest.mark.parametrize("layers", [None, ["rope", "nope"]])
+def test_a_model_of_ours_takes_the_candidate_at_every_rope_layer(layers):
+    config = TransformerConfig(vocab_size=64, num_layers=2, embed_dim=32, num_heads=2,
+                               mlp_dim=64, encoding="nope" if layers else "rope",
+                               layer_encodings=layers)
+    model = Transformer(config, rngs=nnx.Rngs(0))
+    tokens = np.random.default_rng(0).integers(0, 64, (2, 48)).astype(np.int32)
+    fit = Perplexity.of_model(model, tokens, original=16)
+    assert (fit.pairs, fit.scale) == (8, 3.0)
+    cand = fit.seeds(fit.space())[1]
+    cfg = fit.config(cand)
+    assert tuple(cfg.layer_encoding(0).scaling_dict["long_factor"]) == cand.factors(0.01)
+    assert cfg.layer_encoding(1).name == ("nope" if layers else "rope")
+    scaled = dataclasses.replace(config, **(
+        {"layer_encodings": [("rope", {"scaling": fit.scaling(cand)}), "nope"]} if layers
+        else {"encoding_kwargs": {"scaling": fit.scaling(cand)}}))
+    want = Transformer(scaled, rngs=nnx.Rngs(0))(jnp.asarray(tokens))
+    np.testing.assert_allclose(fit.model(cand)(jnp.asarray(tokens)), want, atol=1e-5)
+    assert np.isfinite(fit(cand)) and fit(cand) != fit(Candidate((100,) * 8, 0))
+    coarse = Perplexity.of_model(model, tokens, original=16, step=0.1)  # the grid travels
+    space = coarse.space()
+    assert space.step == 0.1 and (space.low, space.high) == (10, 37)
+    assert coarse.scaling(Candidate((10,) * 7 + (37,), 0))["long_factor"] == [1.0] * 7 + [3.7]
+
+
+def test_command_smoke(tmp_path):
+    argv = [f"--checkpoint={TINY}", f"--target_length={TARGET}", f"--text={README}",
+            f"--workdir={tmp_path}", "--generations=1", "--population=3", "--parents=2",
+            "--mutations=1", "--crossovers=0", "--starts=0"]
+    out = io.StringIO()
+    summary = cli.run(cli.parser().parse_args(argv), out=out)
+    lines = out.getvalue().splitlines()
+    assert lines[0].startswith("longrope search: R=4 pairs, scale 2 (64 -> 128), 1 window(s); "
+                               "estimate: 4 evaluations x ")
+    assert lines[1].startswith("generation 0: best ppl ") and lines[2].startswith("generation 1")
+    scaling = json.loads((tmp_path / "rope_scaling.json").read_text())
+    assert scaling == summary["rope_scaling"] and summary["unscaled_start"] == 0
+    assert summary["perplexity"] <= min(summary["seeds"].values())
+    assert len((tmp_path / "log.jsonl").read_text().splitlines()) == 2
+    lm = pretrained.load(TINY, rope_scaling=scaling)
+    assert list(lm.config.layer_encoding(0).scaling_dict["long_factor"]) == (
+        scaling["long_factor"])
+
+
+def test_gemma3_searches_its_full_attention_layers_only():
+    gemma = os.path.join(os.path.dirname(TINY), "gemma3_text")
+    lm = pretrained.load(gemma)
+    tokens = np.random.default_rng(1).integers(0, 200, (1, 96)).astype(np.int32)
+    fit = Perplexity.pretrained(lm, tokens, where=gemma)
+    cand = Candidate((100, 110, 130, 150, 150, 160, 170, 180), 2)
+    assert (fit.pairs, fit.base, fit.original) == (8, 1e6, 64)
+    cfg = fit.config(cand)
+    kinds = {(e.scaling is not None, e.unscaled_start, e.base) for e in map(
+        cfg.layer_encoding, range(cfg.num_layers))}
+    assert kinds == {(False, 0, 1e4), (True, 2, 1e6)}  # sliding layers untouched
+    want = pretrained.load(gemma, rope_scaling=fit.scaling(cand)).model
+    assert not cfg.scan_layers  # one encoding per layer type: the loop
+    zero = Candidate(cand.steps, 0)
+    np.testing.assert_array_equal(fit.model(zero)(jnp.asarray(tokens)),
+                                  want(jnp.asarray(tokens)))
+    assert np.isfinite(fit(cand)) and fit(cand) != fit(zero)
+
+
+def test_command_with_a_start_count_writes_no_rope_scaling_and_says_why(tmp_path):
+    argv = [f"--checkpoint={TINY}", f"--target_length={TARGET}", f"--text={README}",
+            f"--workdir={tmp_path}", "--generations=0", "--population=1", "--parents=1",
+            "--starts=4"]
+    out = io.StringIO()
+    summary = cli.run(cli.parser().parse_args(argv), out=out)
+    assert summary["unscaled_start"] == 4 and (tmp_path / "result.json").exists()
+    assert not (tmp_path / "rope_scaling.json").exists()
+    assert "no rope_scaling.json: cannot export start=4 as a Hugging Face rope_scaling" in (
+        out.getvalue())
+    with pytest.raises(ValueError, match="--starts must be a comma list of ints, got "
+                                         "--starts='0,x'"):
+        cli.run(cli.parser().parse_args([*argv[:-1], "--starts=0,x"]))

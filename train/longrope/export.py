@@ -1,0 +1,94 @@
+"""A searched candidate as a Hugging Face `rope_scaling` dict, and the model that runs it here.
+
+    scaling = rope_scaling(best, step=0.01, original_max_position_embeddings=2048,
+                           target_length=16384)
+    lm = posenc_jax.pretrained.load(path, rope_scaling=scaling)     # or transformers, after
+                                                                    # pretrained.save(lm, dir)
+
+The dict is what transformers reads as `rope_type: "longrope"`: `long_factor` (the search's),
+`short_factor` (ones, the original rotation within the original context, unless given),
+`original_max_position_embeddings` and `factor` = target / original, from which transformers
+and `posenc_jax.encodings.rope_scaling` derive the attention factor
+sqrt(1 + ln(factor) / ln(original)). The start count n-hat has no transformers key:
+`rope_scaling` refuses a candidate with start > 0 (search with `Space(starts=(0,))` to export);
+`with_start(config, n)` runs one here (RoPE's `unscaled_start`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Any
+
+from posenc_jax._frozen import thaw
+from posenc_jax.checks import integer
+from posenc_jax.encodings.rope import RoPE
+from posenc_jax.model.config import TransformerConfig
+from train.longrope.space import Candidate
+
+__all__ = ["rope_scaling", "scaling_dict", "with_scaling", "with_start"]
+
+
+def scaling_dict(candidate: Candidate, *, step: float, original_max_position_embeddings: int,
+                 target_length: int, short_factor: Sequence[float] | None = None
+                 ) -> dict[str, Any]:
+    """The longrope dict of `candidate`'s factors (its start count is not in it)."""
+    original = integer("original_max_position_embeddings", original_max_position_embeddings,
+                       minimum=1)
+    target = integer("target_length", target_length, minimum=original + 1)
+    long_factor = list(candidate.factors(step))
+    short = [1.0] * len(long_factor) if short_factor is None else [float(f) for f in
+                                                                    short_factor]
+    if len(short) != len(long_factor):
+        raise ValueError(f"short_factor has {len(short)} entries; long_factor has "
+                         f"{len(long_factor)} (one per rotary pair)")
+    return {"rope_type": "longrope", "long_factor": long_factor, "short_factor": short,
+            "original_max_position_embeddings": original, "factor": target / original}
+
+
+def rope_scaling(candidate: Candidate, *, step: float, original_max_position_embeddings: int,
+                 target_length: int, short_factor: Sequence[float] | None = None
+                 ) -> dict[str, Any]:
+    """The Hugging Face rope_scaling dict of `candidate`; ValueError for a start count > 0."""
+    if candidate.start:
+        raise ValueError(
+            f"cannot export start={candidate.start} as a Hugging Face rope_scaling: transformers"
+            f"' longrope rotates every position with the same factors and has no key for the "
+            f"first {candidate.start} positions kept at the original rotation (LongRoPE's "
+            "n-hat); run it here (train.longrope.export.with_start) or search with starts=(0,)")
+    return scaling_dict(candidate, step=step, target_length=target_length, short_factor=short_factor,
+                        original_max_position_embeddings=original_max_position_embeddings)
+
+
+def with_start(config: TransformerConfig, start: int) -> TransformerConfig:
+    """`config` whose scaled RoPE encodings keep positions < `start` at the original rotation
+    (`unscaled_start`); encodings without a scaling dict are left as they are."""
+    start = integer("start", start, minimum=0)
+
+    def entry(name: str, kwargs: Any) -> tuple[str, dict[str, Any]]:
+        kw = dict(thaw(kwargs) or {})
+        if kw.get("scaling") is not None:
+            kw["unscaled_start"] = start
+        return name, kw
+
+    layers = config.layer_encodings
+    return dataclasses.replace(
+        config, encoding_kwargs=entry(config.encoding, config.encoding_kwargs)[1],
+        layer_encodings=None if layers is None else [entry(*e) for e in layers])
+
+
+def with_scaling(config: TransformerConfig, scaling: dict[str, Any]) -> TransformerConfig:
+    """`config` whose RoPE encodings (every layer's, for a model of ours) take `scaling`."""
+
+    def entry(name: str, kwargs: Any, encoding) -> dict[str, Any]:
+        kw = dict(thaw(kwargs) or {})
+        if isinstance(encoding, RoPE):
+            kw["scaling"] = dict(scaling)
+        return kw
+
+    layers = config.layer_encodings
+    if layers is None:
+        kwargs = entry(config.encoding, config.encoding_kwargs, config.layer_encoding(0))
+        return dataclasses.replace(config, encoding_kwargs=kwargs)
+    return dataclasses.replace(config, layer_encodings=[
+        (name, entry(name, kw, config.layer_encoding(i))) for i, (name, kw) in enumerate(layers)])

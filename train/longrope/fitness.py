@@ -1,0 +1,188 @@
+"""The search's fitness: perplexity at the target length of a pretrained model with candidate
+factors (LongRoPE's objective, Ding et al. 2024, eq. 3), on the user's text.
+
+    fit = Perplexity.load("SmolLM2.gguf", target_length=16384, text="book.txt", samples=2)
+    fit = Perplexity.of_model(model, tokens, original=128)     # a model of ours (a study's)
+    fit(candidate)                       # exp(mean next-token NLL over the windows), float
+    fit.space(starts=(0,)), fit.seeds(space)
+
+The checkpoint is read once. For each candidate the model's config is rebuilt with the
+candidate's longrope dict (`export.scaling_dict`, and `unscaled_start` for its start count),
+the loaded params are merged into it (`nnx.merge`: no copy, no re-read) and the loss is
+compiled for it: the factors are part of the encoding (static under jit), so every candidate
+compiles once; that compile is part of the cost `search.estimate` measures.
+
+Windows: the text's tokens (a file, or every file under a directory, sorted, joined by blank
+lines), cut into `samples` consecutive windows of `target_length` tokens, positions 0..L-1, the
+loss on predicting tokens 1..L-1, one window at a time, the head applied 1024 positions at a
+time (`posenc_jax.model.loss.token_nll`: the [L, V] logits are never held).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import pathlib
+from collections.abc import Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from posenc_jax import pretrained
+from posenc_jax.checks import integer
+from posenc_jax.model.config import TransformerConfig
+from posenc_jax.model.loss import token_nll
+from posenc_jax.model.transformer import Transformer
+from posenc_jax.pretrained.families import config_kwargs
+from posenc_jax.pretrained.loader import with_rope_scaling
+from train.longrope import export
+from train.longrope.space import PAPER_STARTS, Candidate, Space, seeds
+
+__all__ = ["Perplexity", "read_text", "windows"]
+
+
+def read_text(path: str | os.PathLike) -> str:
+    """A file's text, or every file's under a directory (sorted paths, blank lines between)."""
+    p = pathlib.Path(path)
+    if p.is_file():
+        return p.read_text(encoding="utf-8", errors="replace")
+    if p.is_dir():
+        files = sorted(f for f in p.rglob("*") if f.is_file())
+        if files:
+            return "\n\n".join(f.read_text(encoding="utf-8", errors="replace") for f in files)
+    raise ValueError(f"text={str(path)!r}: no such file, or a directory without files")
+
+
+def windows(ids, *, target_length: int, samples: int) -> np.ndarray:
+    """int32 [samples, target_length]: consecutive windows of the token ids; ValueError naming
+    how many tokens there are and how many are needed when the text is too short."""
+    ids = np.asarray(ids, np.int32)
+    need = integer("target_length", target_length, minimum=2) * integer("samples", samples,
+                                                                        minimum=1)
+    if ids.size < need:
+        raise ValueError(f"the text has {ids.size} tokens; {samples} window(s) of "
+                         f"target_length={target_length} need {need}: give more text or fewer "
+                         "samples")
+    return ids[:need].reshape(samples, target_length)
+
+
+class Perplexity:
+    """fitness(candidate) -> perplexity at the target length of a model with the candidate's
+    factors. `Perplexity.load` (a checkpoint and a text file), `Perplexity.pretrained` (a
+    loaded checkpoint) or `Perplexity.of_model` (a model of ours, e.g. a study's) build one;
+    the constructor takes `rebuild(scaling dict) -> TransformerConfig`, the model's config with
+    that dict at every layer that takes one."""
+
+    def __init__(self, model: Transformer, tokens: np.ndarray, *, original: int,
+                 rebuild: Callable[[dict], TransformerConfig], where: str = "the model",
+                 step: float = 0.01, scan_layers: bool = True, chunk: int = 1024):
+        self.tokens, self.where, self.rebuild = np.asarray(tokens), where, rebuild
+        self.step = step  # the grid of the candidates' factors (`Space.step`)
+        self.scan_layers, self.chunk = scan_layers, chunk
+        self.target_length = int(self.tokens.shape[1])
+        self.original = integer("original", original, minimum=1)
+        if self.target_length <= self.original:
+            raise ValueError(f"target_length={self.target_length} must exceed {where}'s "
+                             f"original context max_position_embeddings={self.original}")
+        self.state = nnx.state(model)
+        probe = rebuild({"rope_type": "linear", "factor": self.scale})
+        scaled = [probe.layer_encoding(i) for i in range(probe.num_layers)
+                  if getattr(probe.layer_encoding(i), "scaling", None) is not None]
+        if not scaled:
+            raise ValueError(f"{where}: no layer takes the longrope scaling (no RoPE layer)")
+        self.pairs, self.base = scaled[0].rotary_dim // 2, float(scaled[0].base)
+
+    @classmethod
+    def pretrained(cls, lm: pretrained.Pretrained, tokens: np.ndarray, *, where: str,
+                   attention: str = "dense", **kwargs) -> Perplexity:
+        """For a loaded checkpoint: its config.json rebuilt with each candidate's dict (as
+        `pretrained.load(..., rope_scaling=...)` builds it; Gemma 3: the full-attention
+        layers), L0 its max_position_embeddings."""
+        def rebuild(scaling):
+            hf = with_rope_scaling(lm.hf_config, scaling)
+            return TransformerConfig(**config_kwargs(hf, where=where), dtype=lm.config.dtype,
+                                     param_dtype=lm.config.param_dtype, attention=attention)
+
+        original = int(lm.hf_config.get("max_position_embeddings") or 0)
+        return cls(lm.model, tokens, original=original, rebuild=rebuild, where=where, **kwargs)
+
+    @classmethod
+    def of_model(cls, model: Transformer, tokens: np.ndarray, *, original: int,
+                 **kwargs) -> Perplexity:
+        """For a model of ours trained at length `original`: every RoPE layer takes the
+        candidate's dict (`export.with_scaling`)."""
+        return cls(model, tokens, original=original, **kwargs,
+                   rebuild=lambda scaling: export.with_scaling(model.config, scaling))
+
+    @classmethod
+    def load(cls, checkpoint: str | os.PathLike, *, target_length: int, text: str,
+             samples: int = 1, attention: str = "dense", dtype: str = "float32",
+             **kwargs) -> Perplexity:
+        """Reads the checkpoint and tokenizes `text` (a path: `read_text`)."""
+        lm = pretrained.load(checkpoint, dtype=dtype, attention=attention)
+        if lm.tokenizer is None:
+            raise ValueError(f"checkpoint={str(checkpoint)!r} has no tokenizer to read the text")
+        ids = lm.tokenizer.encode(read_text(text))
+        tokens = windows(ids, target_length=target_length, samples=samples)
+        return cls.pretrained(lm, tokens, where=str(checkpoint), attention=attention, **kwargs)
+
+    @property
+    def scale(self) -> float:
+        return self.target_length / self.original
+
+    def space(self, *, starts=None, **kwargs) -> Space:
+        """The paper's space for this model and target length (`Space`'s keywords); the
+        default starts are the paper's below the original length (all of them from L0 = 257)."""
+        if starts is None:
+            starts = [n for n in PAPER_STARTS if n < self.original]
+        return Space(pairs=self.pairs, scale=self.scale, starts=tuple(starts), step=self.step,
+                     **kwargs)
+
+    def seeds(self, space: Space) -> list[Candidate]:
+        return seeds(space, original_max_position_embeddings=self.original, base=self.base)
+
+    def scaling(self, candidate: Candidate) -> dict:
+        """The candidate's longrope dict (its start count is not in it)."""
+        return export.scaling_dict(candidate, step=self.step, target_length=self.target_length,
+                                   original_max_position_embeddings=self.original)
+
+    def config(self, candidate: Candidate) -> TransformerConfig:
+        """The model config with the candidate's factors and start count."""
+        cfg = export.with_start(self.rebuild(self.scaling(candidate)),
+                                candidate.start)
+        if self.scan_layers and cfg.layer_encodings is None:  # one encoding: compile once, not
+            cfg = dataclasses.replace(cfg, scan_layers=True)  # per layer (same params)
+        return cfg
+
+    def model(self, candidate: Candidate) -> Transformer:
+        """The loaded model with the candidate's factors (its params, shared, not copied)."""
+        cfg = self.config(candidate)
+        graphdef = nnx.graphdef(nnx.eval_shape(lambda: Transformer(cfg, rngs=nnx.Rngs(0))))
+        return nnx.merge(graphdef, self.state)
+
+    def window_loss(self, candidate: Candidate):
+        """The jitted loss of the candidate's model: (state, tokens int32 [1, L]) -> the summed
+        NLL of tokens 1..L-1, float32 []. A new function per candidate (its own compile). The
+        head runs `chunk` positions at a time (`posenc_jax.model.loss`): never [L, V] logits."""
+        graphdef = nnx.graphdef(self.model(candidate))
+
+        @jax.jit
+        def loss(state, tokens):
+            model = nnx.merge(graphdef, state)
+            hidden = model.hidden_states(tokens)[:, :-1]                   # [1, L-1, E]
+            return jnp.sum(token_nll(model.head, hidden, tokens[:, 1:], chunk=self.chunk))
+
+        return loss
+
+    def nll(self, candidate: Candidate) -> float:
+        """Mean next-token negative log-likelihood over the windows (nats)."""
+        loss = self.window_loss(candidate)
+        total = sum(float(loss(self.state, jnp.asarray(row[None]))) for row in self.tokens)
+        return total / (self.tokens.shape[0] * (self.target_length - 1))
+
+    def __call__(self, candidate: Candidate) -> float:
+        nll = self.nll(candidate)
+        return math.exp(nll) if nll < 700 else math.inf
