@@ -94,6 +94,7 @@ def main(argv=None) -> None:
     parser.add_argument("--remat", default="none,block,dots,attention")
     parser.add_argument("--throughput_len", type=int, default=2048)
     parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--throughput", type=int, default=1, help="0: the memory table only")
     parser.add_argument("--smoke", action="store_true")
     args = parser.parse_args(argv)
     checkpoint = args.checkpoint or str(pathlib.Path(
@@ -112,6 +113,8 @@ def main(argv=None) -> None:
                 print(f"| {length} | {remat} | {'chunked' if chunk else 'full'} | "
                       f"{m['temp'] / 1e9:.3f} | {m['args'] / 1e9:.3f} | {m['out'] / 1e9:.3f} | "
                       f"{m['compile_s']:.1f} |", flush=True)
+    if not args.throughput:
+        return
     print(f"\ntokens/s at {args.throughput_len} tokens (batch 1, chunked loss):")
     for lora in (False, True):
         for remat in ("none",) if args.smoke else ("none", "block"):
