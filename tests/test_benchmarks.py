@@ -48,6 +48,8 @@ SMOKE = [
     Smoke("kernel_device.py", ("--smoke",), ("kernel/smollm2/D=64", "gemma3_sliding/L=64",
                                               "gpt_oss_sinks/L=64", "llama4_chunked/L=64"),
           slow=True),
+    Smoke("finetune_memory.py", ("--smoke",),
+          ("| 64 | none | chunked |", "| 64 | block | full |", "LoRA remat=none:"), slow=True),
     Smoke("pretrained_forward.py", ("--smoke",),
           ("ours: pretrained.load", "torch side NOT run", "x torch = ours / torch")),
 ]

@@ -14,8 +14,9 @@ from typing import Any
 
 import jax
 
-from posenc_jax.checks import boolean, finite_float, integer, positive_int
+from posenc_jax.checks import boolean, finite_float, integer, one_of, positive_int
 from posenc_jax.model import backends
+from train import from_checkpoint, trainable
 from train import state as state_lib
 
 #: Keys that must be ints >= 1.
@@ -59,10 +60,13 @@ def _check_mesh(config) -> None:
 
 
 def _check_model(config, lengths: tuple[int, ...]):
-    try:
-        model = state_lib.transformer_config(config.model)
-    except (TypeError, ValueError) as err:
-        raise type(err)(f"config.model: {err}") from None
+    if from_checkpoint.checkpoint_path(config):  # its errors name config.init / config.model
+        model = state_lib.model_config_of(config)
+    else:
+        try:
+            model = state_lib.transformer_config(config.model)
+        except (TypeError, ValueError) as err:
+            raise type(err)(f"config.model: {err}") from None
     limit = model.max_positions
     if limit is not None:
         for key, length in (("config.seq_len", config.seq_len),
@@ -114,6 +118,15 @@ def check_config(config) -> None:
     boolean("config.async_checkpointing", config.get("async_checkpointing", True))
     boolean("config.dataset.packed", config.dataset.get("packed", False))
     _optional(positive_int, "config.dataset.max_tokens", config.dataset.get("max_tokens"))
+    boolean("config.dataset.eos_join", config.dataset.get("eos_join", False))
+    one_of("config.dataset.tokenizer", config.dataset.get("tokenizer", "bytes"),
+           ("bytes", "checkpoint"))
+    integer("config.loss_chunk", config.get("loss_chunk", 0) or 0, minimum=0)
+    trainable.from_config(config)
+    if config.dataset.get("tokenizer", "bytes") == "checkpoint" and \
+            not from_checkpoint.checkpoint_path(config):
+        raise ValueError("config.dataset.tokenizer='checkpoint' needs config.init.checkpoint "
+                         "(the checkpoint whose tokenizer reads the text)")
     _check_optimizer(config)
     _check_mesh(config)
     _check_context(config, _check_model(config, _check_eval(config)))

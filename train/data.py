@@ -15,6 +15,10 @@ Sources (`get_source`), each split a random-access sequence of documents (uint8 
 Built-in datasets live under data_dir (default $POSENC_DATA_DIR or ~/.cache/posenc_jax/tfds);
 for TFDS names data_dir=None means TFDS's default ($TFDS_DATA_DIR or ~/tensorflow_datasets).
 
+A pretrained model reads the same sources through its own tokenizer (`config_stream(...,
+tokenizer=...)`, `train.datasets.tokenized`): the stream then holds int32 token ids, documents
+joined by EOS (`dataset.eos_join`) or, with `packed`, kept apart by segment ids.
+
 Batches are dicts of numpy arrays, the same for every reader:
   inputs int32 [B_local, L]       tokens t[o : o+L] of a window starting at o
   targets int32 [B_local, L]      the next tokens t[o+1 : o+L+1]
@@ -42,7 +46,7 @@ from collections.abc import Iterator, Sequence
 import numpy as np
 
 from posenc_jax import checks
-from train.datasets import common, file_corpus, synthetic, tfds_text
+from train.datasets import common, file_corpus, synthetic, tfds_text, tokenized
 
 BUILTIN_NAMES = ("python_stdlib", "text_dir", *synthetic.TASKS)
 
@@ -107,12 +111,15 @@ class TokenStream:
     @classmethod
     def from_documents(cls, documents: Sequence[np.ndarray], *, max_tokens: int | None = None,
                        identity: dict | None = None) -> TokenStream:
-        """Concatenate `documents` in order, stopping once `max_tokens` are reached (if given)."""
+        """Concatenate `documents` in order, stopping once `max_tokens` are reached (if given).
+        Documents that come `iter_batches()` (tokenized ones) are read that way."""
         parts, total = [], 0
-        for i in range(len(documents)):
+        docs = documents.iter_batches() if hasattr(documents, "iter_batches") else (
+            documents[i] for i in range(len(documents)))
+        for doc in docs:
             if max_tokens is not None and total >= max_tokens:
                 break
-            doc = np.asarray(documents[i])
+            doc = np.asarray(doc)
             if doc.size:
                 parts.append(doc)
                 total += doc.size
@@ -201,11 +208,21 @@ def _windows(stream: TokenStream, starts: np.ndarray, *, seq_len: int, packed: b
             "segment_ids": segment_ids, "weights": weights}
 
 
-def config_stream(dataset, split: str) -> TokenStream:
+def config_stream(dataset, split: str, *, tokenizer=None) -> TokenStream:
     """The token stream of `split` for a `config.dataset` block (name, data_dir, max_tokens,
-    kwargs): the one place the trainer and the study turn a dataset config into data."""
-    return token_stream(dataset.name, split, data_dir=dataset.data_dir,
-                        max_tokens=dataset.get("max_tokens"), **dataset.kwargs.to_dict())
+    kwargs, eos_join): the one place the trainer and the study turn a dataset config into
+    data. With a `tokenizer` (a pretrained checkpoint's), the documents' text is read through
+    it (`train.datasets.tokenized`; `eos_join` appends EOS to each document) instead of as
+    bytes."""
+    if tokenizer is None:
+        return token_stream(dataset.name, split, data_dir=dataset.data_dir,
+                            max_tokens=dataset.get("max_tokens"), **dataset.kwargs.to_dict())
+    source = get_source(dataset.name, split, data_dir=dataset.data_dir,
+                        **dataset.kwargs.to_dict())
+    docs = tokenized.TokenizedDocuments(source, tokenizer,
+                                        eos_join=bool(dataset.get("eos_join", False)))
+    return TokenStream.from_documents(docs, max_tokens=dataset.get("max_tokens"),
+                                      identity=docs.identity)
 
 
 def train_batch(stream: TokenStream, *, step: int, batch_size: int, seq_len: int, seed: int,

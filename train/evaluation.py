@@ -30,12 +30,14 @@ from train.runtime import Runtime
 
 def evaluate_params(graphdef, params, stream, *, seq_len: int, num_tokens: int,
                     batch_size: int, mesh, rules, packed: bool = False,
-                    runtime: Runtime | None = None) -> dict[str, float]:
+                    runtime: Runtime | None = None, chunk: int = 0) -> dict[str, float]:
     """Loss/perplexity of `params` over the first `num_tokens` targets of `stream`, scored in
     non-overlapping windows of `seq_len` (see `data.eval_batches`). The eval step comes from
-    `runtime` (compiled once there) or is built for this call."""
-    step = (runtime.eval_step(graphdef, mesh, tuple(rules), packed=packed) if runtime
-            else step_lib.make_eval_step(graphdef, mesh, tuple(rules), packed=packed))
+    `runtime` (compiled once there) or is built for this call; `chunk` > 0: the chunked loss
+    (`train.step`)."""
+    step = (runtime.eval_step(graphdef, mesh, tuple(rules), packed=packed, chunk=chunk)
+            if runtime else step_lib.make_eval_step(graphdef, mesh, tuple(rules),
+                                                    packed=packed, chunk=chunk))
     row_index, row_count = sharding.local_rows(mesh, batch_size)
     sums = []
     for local in data.eval_batches(stream, seq_len=seq_len, num_tokens=num_tokens,
@@ -91,8 +93,8 @@ def load_model(workdir: str, *, step: int | None = None, model_overrides=None, m
 def load_params(workdir: str, *, step: int | None = None, model_overrides=None, mesh=None,
                 devices=None, config=None, runtime: Runtime | None = None
                 ) -> tuple[Any, Any, Any]:
-    """`(setup, params, config)` from the checkpoint in `workdir`: `load_model` without
-    building the module (what an evaluation that swaps encodings on the same weights needs).
+    """`(setup, params, config)` from the checkpoint in `workdir` (the full params the model
+    runs with: LoRA adapters merged): `load_model` without building the module (what an evaluation that swaps encodings on the same weights needs).
     The setup comes from `runtime` when given."""
     directory = os.path.join(os.path.abspath(workdir), ckpt_lib.CHECKPOINT_DIR)
     ckpt = ckpt_lib.Checkpointer(directory, async_save=False)
@@ -114,4 +116,4 @@ def load_params(workdir: str, *, step: int | None = None, model_overrides=None, 
             restored = ckpt.restore(step, setup.abstract)
     finally:
         ckpt.close()
-    return setup, restored[0]["params"], config
+    return setup, setup.full_params(restored[0]), config

@@ -9,6 +9,11 @@ transformers family can express (ALiBi, T5, KERPLE, FIRE, CoPE, sinusoidal, ...)
 with one line naming the part, and nothing is written. Newer checkpoints that cannot be read
 are skipped, each named on stderr with its reason ("skipped unreadable checkpoint step 30:
 ..."); when none can be read, one line names the directory and every step's reason.
+
+A run that started from a pretrained checkpoint (`config.init.checkpoint`) exports as that
+checkpoint's family, with its config.json's token ids and the run's RoPE (the new
+`rope_scaling`, and the max_position_embeddings it implies), its LoRA adapters merged into
+the weights, and the checkpoint's tokenizer files.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ from absl import app, flags, logging
 
 from posenc_jax.pretrained.save import save
 from train import checkpoint as ckpt_lib
-from train import sharding
+from train import from_checkpoint, sharding
 from train.evaluation import load_model
 
 FLAGS = flags.FLAGS
@@ -71,8 +76,13 @@ def export(workdir: str, out: str, *, step: int | None = None, model_type: str |
     `skipped` collects the newer checkpoints that could not be read (`newest_readable`)."""
     mesh = sharding.make_mesh({"data": -1}, devices=jax.devices()[:1])  # one host device
     model, config, _ = newest_readable(workdir, step=step, mesh=mesh, skipped=skipped)
-    base = {"max_position_embeddings": int(config.seq_len)}
-    return save(model, out, model_type=model_type, hf_config_base=base,
+    base, tokenizer = {"max_position_embeddings": int(config.seq_len)}, None
+    if from_checkpoint.checkpoint_path(config):
+        _, base = from_checkpoint.model_config(config)
+        model_type = model_type or from_checkpoint.model_type(config)
+        if config.dataset.get("tokenizer") == "checkpoint":
+            tokenizer = from_checkpoint.tokenizer(config)
+    return save(model, out, model_type=model_type, hf_config_base=base, tokenizer=tokenizer,
                 max_shard_bytes=max_shard_bytes)
 
 

@@ -71,25 +71,30 @@ class Runtime:
         return state.init_state(setup, seed=seed, init=init)
 
     def train_step(self, setup: state.TrainSetup, *, packed: bool = False,
-                   accum_steps: int = 1) -> Callable:
-        """`step.make_train_step(setup, ...)`, built once per (setup, packed, accum_steps)."""
-        return self._compiled.get((setup, "train_step", packed, accum_steps),
+                   accum_steps: int = 1, chunk: int = 0) -> Callable:
+        """`step.make_train_step(setup, ...)`, built once per (setup, packed, accum_steps,
+        chunk)."""
+        return self._compiled.get((setup, "train_step", packed, accum_steps, chunk),
                                   lambda: step_lib.make_train_step(
-                                      setup, packed=packed, accum_steps=accum_steps))
+                                      setup, packed=packed, accum_steps=accum_steps,
+                                      chunk=chunk))
 
-    def eval_step(self, graphdef: Any, mesh, rules: tuple, *, packed: bool = False
-                  ) -> Callable:
+    def eval_step(self, graphdef: Any, mesh, rules: tuple, *, packed: bool = False,
+                  chunk: int = 0) -> Callable:
         """`step.make_eval_step(graphdef, mesh, rules, ...)`, built once per key."""
         rules = tuple(rules)
-        return self._compiled.get(("eval_step", graphdef, mesh, rules, packed),
+        return self._compiled.get(("eval_step", graphdef, mesh, rules, packed, chunk),
                                   lambda: step_lib.make_eval_step(graphdef, mesh, rules,
-                                                                  packed=packed))
+                                                                  packed=packed, chunk=chunk))
 
-    def stream(self, dataset: Any, split: str) -> data.TokenStream:
-        """`data.config_stream(dataset, split)`, read once per (dataset block, split)."""
+    def stream(self, dataset: Any, split: str, *, tokenizer: Any = None) -> data.TokenStream:
+        """`data.config_stream(dataset, split, tokenizer=...)`, read once per (dataset block,
+        split, tokenizer source)."""
         d = dataset.to_dict() if hasattr(dataset, "to_dict") else dict(dataset)
         data_dir = d.get("data_dir")
         key = (d.get("name"), split, None if data_dir is None else os.path.abspath(data_dir),
                d.get("text_key", "text"), d.get("max_tokens"),
-               repr(sorted((d.get("kwargs") or {}).items())))
-        return self._streams.get(key, lambda: data.config_stream(dataset, split))
+               repr(sorted((d.get("kwargs") or {}).items())),
+               None if tokenizer is None else tokenizer.source, d.get("eos_join", False))
+        return self._streams.get(key, lambda: data.config_stream(dataset, split,
+                                                                 tokenizer=tokenizer))

@@ -7,6 +7,13 @@ microbatch r mod A, so each device keeps working on its own rows), the weighted 
 their gradients are accumulated by a `lax.scan`, and the division happens once: the update is
 the same as without accumulation, up to float rounding.
 
+`loss_chunk` (config key, 0 = off): the loss is `posenc_jax.model.loss.chunked_cross_entropy`
+over the model's hidden states and head, `loss_chunk` positions at a time, so the [B, L, V]
+logits never exist (equal values and gradients); 0 takes the full logits.
+
+The step differentiates only `state["params"]` (what trains: `train.trainable`); the model
+runs with `setup.full_params(state)` (the frozen base and merged LoRA adapters).
+
 Batches are dicts of [B, L] arrays: inputs, targets, positions (int32), segment_ids (int32;
 used only when `packed`), weights (float32).
 """
@@ -22,6 +29,7 @@ import optax
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from posenc_jax.model.loss import chunked_cross_entropy
 from train import sharding
 from train.state import TrainSetup, merge_model, mesh_context
 
@@ -37,18 +45,27 @@ def weighted_xent(logits: jax.Array, targets: jax.Array, weights: jax.Array
     return jnp.sum(ce * weights), jnp.sum(weights)
 
 
-def loss_sums(graphdef: Any, params: Any, batch: dict[str, jax.Array], *, packed: bool
-              ) -> tuple[jax.Array, jax.Array]:
-    """Forward pass: (weighted CE sum, weight sum) for one batch."""
+def loss_sums(graphdef: Any, params: Any, batch: dict[str, jax.Array], *, packed: bool,
+              chunk: int = 0) -> tuple[jax.Array, jax.Array]:
+    """Forward pass: (weighted CE sum, weight sum) for one batch; `chunk` > 0: the chunked
+    loss (no [B, L, V] logits), 0: the full logits."""
     model = merge_model(graphdef, params)
-    logits = model(batch["inputs"], batch["positions"],
-                   segment_ids=batch["segment_ids"] if packed else None)
+    segment_ids = batch["segment_ids"] if packed else None
+    if chunk:
+        hidden = model.hidden_states(batch["inputs"], batch["positions"],
+                                     segment_ids=segment_ids)
+        return chunked_cross_entropy(model.head, hidden, batch["targets"], batch["weights"],
+                                     chunk=chunk)
+    logits = model(batch["inputs"], batch["positions"], segment_ids=segment_ids)
     return weighted_xent(logits, batch["targets"], batch["weights"])
 
 
-def _grads(setup: TrainSetup, params, batch, *, packed: bool, accum_steps: int):
+def _grads(setup: TrainSetup, state, batch, *, packed: bool, accum_steps: int, chunk: int):
+    params = state["params"]
+
     def f(p, b):
-        return loss_sums(setup.graphdef, p, b, packed=packed)
+        full = setup.full_params({**state, "params": p})
+        return loss_sums(setup.graphdef, full, b, packed=packed, chunk=chunk)
 
     grad_fn = jax.value_and_grad(f, has_aux=True)
     if accum_steps == 1:
@@ -74,23 +91,24 @@ def _grads(setup: TrainSetup, params, batch, *, packed: bool, accum_steps: int):
     return loss_sum, weight_sum, grads
 
 
-def make_train_step(setup: TrainSetup, *, packed: bool = False, accum_steps: int = 1
-                    ) -> Callable[[dict, dict], tuple[dict, dict]]:
+def make_train_step(setup: TrainSetup, *, packed: bool = False, accum_steps: int = 1,
+                    chunk: int = 0) -> Callable[[dict, dict], tuple[dict, dict]]:
     """`step(state, batch) -> (state, metrics)`, jitted with the state's shardings, the state
     donated, the batch split over (data, fsdp). Metrics (float32 scalars, replicated): loss,
     grad_norm, learning_rate (of this update), weight (the number of scored targets).
+    `chunk`: the loss chunk (module docstring). Frozen params pass through unchanged.
     A new function on every call (compiled on first use); `train.runtime.Runtime.train_step`
-    keeps them for reuse."""
+    keeps them for reuse. `step.lower(state, batch)` lowers it (ShapeDtypeStructs will do)."""
 
     def train_step(state, batch):
         params = state["params"]
-        loss_sum, weight_sum, grads = _grads(setup, params, batch, packed=packed,
-                                             accum_steps=accum_steps)
+        loss_sum, weight_sum, grads = _grads(setup, state, batch, packed=packed,
+                                             accum_steps=accum_steps, chunk=chunk)
         denom = jnp.maximum(weight_sum, 1.0)
         grads = jax.tree.map(lambda g: (g / denom).astype(g.dtype), grads)
         updates, opt_state = setup.tx.update(grads, state["opt_state"], params)
-        new_state = {"params": optax.apply_updates(params, updates), "opt_state": opt_state,
-                     "step": state["step"] + 1}
+        new_state = {**state, "params": optax.apply_updates(params, updates),
+                     "opt_state": opt_state, "step": state["step"] + 1}
         metrics = {"loss": loss_sum / denom, "grad_norm": optax.tree.norm(grads),
                    "learning_rate": setup.schedule(state["step"]), "weight": weight_sum}
         return new_state, metrics
@@ -104,17 +122,23 @@ def make_train_step(setup: TrainSetup, *, packed: bool = False, accum_steps: int
         with setup.context():
             return jitted(state, {k: batch[k] for k in BATCH_KEYS})
 
+    def lower(state, batch):  # for compiled memory analysis (benchmarks/finetune_memory.py)
+        with setup.context():
+            return jitted.lower(state, {k: batch[k] for k in BATCH_KEYS})
+
+    step.lower = lower
     return step
 
 
-def make_eval_step(graphdef: Any, mesh, rules, *, packed: bool = False
+def make_eval_step(graphdef: Any, mesh, rules, *, packed: bool = False, chunk: int = 0
                    ) -> Callable[[Any, dict], tuple]:
-    """`eval_step(params, batch) -> (loss_sum, weight_sum)`, float32, replicated. Params stay
-    where they are; the batch is split over (data, fsdp). A new function on every call;
+    """`eval_step(params, batch) -> (loss_sum, weight_sum)`, float32, replicated. Params (the
+    full params the model runs with) stay where they are; the batch is split over (data,
+    fsdp); `chunk` as in the train step. A new function on every call;
     `train.runtime.Runtime.eval_step` keeps them for reuse."""
 
     def eval_step(params, batch):
-        return loss_sums(graphdef, params, batch, packed=packed)
+        return loss_sums(graphdef, params, batch, packed=packed, chunk=chunk)
 
     batch_sh = {k: sharding.batch_sharding(mesh, 2) for k in BATCH_KEYS}
     jitted = jax.jit(eval_step, in_shardings=(None, batch_sh),

@@ -12,6 +12,13 @@ The batch of index s is `data.train_batch(stream, step=s, ...)`, a pure function
 (seed, s): a run resumed from step S sees exactly the batches of an uninterrupted run, so
 its parameters end bit-identical (on CPU, same mesh).
 
+Starting point: random weights from `config.model`, or a pretrained checkpoint
+(`config.init.checkpoint`: `train.from_checkpoint`, the architecture from the checkpoint);
+what trains: everything or LoRA adapters (`config.lora`: `train.trainable`); text read through
+the checkpoint's tokenizer with `config.dataset.tokenizer='checkpoint'`; the loss chunked with
+`config.loss_chunk`; the extension study's measures with `config.eval.extension`
+(`train.extension_eval`). configs/extend_finetune.py sets all of these up.
+
 Faults: SIGTERM (or the JAX preemption notice on several hosts) -> a checkpoint at the next
 step boundary, then a normal return with `preempted=True`. A non-finite loss or gradient
 norm -> `NonFiniteLossError` naming the step; the state it produced is never saved, so the
@@ -34,9 +41,11 @@ import jax
 from jax.experimental import multihost_utils
 
 from train import checkpoint as ckpt_lib
-from train import config_check, data, sharding
+from train import config_check, data, extension_eval, from_checkpoint, sharding
 from train import metrics as metrics_lib
+from train import state as state_lib
 from train.evaluation import evaluate, evaluate_params, load_model  # noqa: F401 (public API)
+from train.datasets.tokenized import check_vocabulary
 from train.runtime import Runtime
 from train.workdir_lock import WorkdirBusyError, WorkdirError, WorkdirLock, checked_workdir
 
@@ -117,14 +126,22 @@ def _finite_or_raise(step: int, values: dict, ckpt: ckpt_lib.Checkpointer) -> di
     return host
 
 
-def _eval_all(config, setup, params, *, stream, runtime) -> dict[str, float]:
+def _eval_all(config, setup, state, *, stream, runtime, extension=None) -> dict[str, float]:
+    """Loss and perplexity at each eval length; with `extension` (tokenizer, Spec), the
+    extension study's measures too (`train.extension_eval`)."""
     out = {}
+    params = setup.full_params(state)
+    if extension is not None:
+        tokenizer, spec = extension
+        model = state_lib.merge_model(setup, params)
+        out.update(extension_eval.measures(model, tokenizer, stream, spec))
     for length in config.eval.lengths:
         result = evaluate_params(
             setup.graphdef, params, stream, seq_len=int(length),
             num_tokens=int(config.eval.num_tokens),
             batch_size=int(config.eval.get("batch_size") or config.batch_size), mesh=setup.mesh,
-            rules=setup.rules, packed=config.dataset.packed, runtime=runtime)
+            rules=setup.rules, packed=config.dataset.packed, runtime=runtime,
+            chunk=int(config.get("loss_chunk", 0) or 0))
         out[f"eval/{length}/loss"] = result["loss"]
         out[f"eval/{length}/ppl"] = result["ppl"]
     return out
@@ -171,9 +188,16 @@ def train_and_evaluate(config, workdir: str, *, devices=None,
 def _train(config, workdir: str, preemption: _Preemption, mesh, runtime: Runtime,
            progress: bool = True) -> dict[str, Any]:
     setup = runtime.setup(config, mesh)
-    stream = runtime.stream(config.dataset, config.dataset.train_split)
-    eval_stream = (runtime.stream(config.dataset, config.dataset.eval_split)
-                   if config.eval.lengths else None)
+    tokenizer = None
+    if config.dataset.get("tokenizer", "bytes") == "checkpoint":
+        tokenizer = from_checkpoint.tokenizer(config)
+        check_vocabulary(tokenizer, setup.model_config.vocab_size,
+                         where=f"config.init.checkpoint={from_checkpoint.checkpoint_path(config)}")
+    stream = runtime.stream(config.dataset, config.dataset.train_split, tokenizer=tokenizer)
+    extension = _extension(config, tokenizer)
+    eval_stream = (runtime.stream(config.dataset, config.dataset.eval_split,
+                                  tokenizer=tokenizer)
+                   if config.eval.lengths or extension else None)
     ckpt = ckpt_lib.Checkpointer(os.path.join(workdir, CHECKPOINT_DIR),
                                  max_to_keep=config.checkpoints_to_keep,
                                  async_save=config.get("async_checkpointing", True))
@@ -188,17 +212,28 @@ def _train(config, workdir: str, preemption: _Preemption, mesh, runtime: Runtime
             if int(meta.get("seed", config.seed)) != config.seed:
                 warnings.warn(f"resuming a run saved with seed={meta['seed']} under seed="
                               f"{config.seed}: later batches differ from the original run")
+        if extension is not None and start == 0 and jax.process_index() == 0 and \
+                extension_eval.load_before(workdir) is None:  # the starting model, once
+            extension_eval.save_before(workdir, _eval_all(
+                config, setup, state, stream=eval_stream, runtime=runtime,
+                extension=extension))
         logger = metrics_lib.MetricsLogger(workdir, start_step=start,
                                            total_steps=config.num_train_steps,
                                            progress=progress)
         state, result = _loop(config, setup, state, start, stream=stream,
                               eval_stream=eval_stream, ckpt=ckpt, logger=logger,
-                              preemption=preemption, runtime=runtime)
+                              preemption=preemption, runtime=runtime, extension=extension)
         ckpt.wait()
         if eval_stream is not None and not result["preempted"] and not any(
-                k.startswith("eval/") for k in result):
-            result.update(_eval_all(config, setup, state["params"], stream=eval_stream,
-                                    runtime=runtime))
+                k.startswith(("eval/", "extend/")) for k in result):
+            result.update(_eval_all(config, setup, state, stream=eval_stream,
+                                    runtime=runtime, extension=extension))
+        if extension is not None and not result["preempted"] and jax.process_index() == 0:
+            extension_eval.write_report(
+                workdir, extension_eval.load_before(workdir),
+                {k: v for k, v in result.items() if k.startswith(("eval/", "extend/"))},
+                extension[1], title=f"Fine-tune of {from_checkpoint.checkpoint_path(config)} "
+                f"({config.num_train_steps} steps at {config.seq_len} tokens): before / after")
         return result
     finally:
         if logger is not None:
@@ -206,15 +241,29 @@ def _train(config, workdir: str, preemption: _Preemption, mesh, runtime: Runtime
         ckpt.close()
 
 
+def _extension(config, tokenizer):
+    """(tokenizer, Spec) when `config.eval.extension` is enabled, else None."""
+    path = from_checkpoint.checkpoint_path(config)
+    spec = extension_eval.spec_of(config, context=from_checkpoint.original_context(config)
+                                  if path else None)
+    if spec is None:
+        return None
+    if tokenizer is None:
+        raise ValueError("config.eval.extension needs the checkpoint's tokenizer "
+                         "(config.dataset.tokenizer='checkpoint') for its passkey prompts")
+    return tokenizer, spec
+
+
 def _loop(config, setup, state, start, *, stream, eval_stream, ckpt, logger, preemption,
-          runtime):
+          runtime, extension=None):
     num_steps, batch, length = config.num_train_steps, config.batch_size, config.seq_len
     mesh = setup.mesh
     meta = {"seed": config.seed, "config": json.loads(config.to_json_best_effort()),
             "data": {"name": config.dataset.name, "identity": stream.identity}}
     row_index, row_count = sharding.local_rows(mesh, batch)
     train_step = runtime.train_step(setup, packed=config.dataset.packed,
-                                    accum_steps=config.get("grad_accum_steps", 1))
+                                    accum_steps=config.get("grad_accum_steps", 1),
+                                    chunk=int(config.get("loss_chunk", 0) or 0))
     eval_every = config.get("eval_every_steps", 0) or 0
     result: dict[str, Any] = {"step": start, "preempted": False}
     pending = None
@@ -248,8 +297,8 @@ def _loop(config, setup, state, start, *, stream, eval_stream, ckpt, logger, pre
         if done > timer_step:
             record["tokens_per_sec"] = (done - timer_step) * batch * length / (now - timer_t)
         if run_eval:
-            record.update(_eval_all(config, setup, state["params"], stream=eval_stream,
-                                    runtime=runtime))
+            record.update(_eval_all(config, setup, state, stream=eval_stream,
+                                    runtime=runtime, extension=extension))
         if log or run_eval:
             logger.write(record)
             result = {**record, "preempted": False}

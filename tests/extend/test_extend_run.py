@@ -13,10 +13,33 @@ from flax import nnx
 from configs import extend_smollm2
 from posenc_jax.model.config import TransformerConfig
 from posenc_jax.model.transformer import Transformer
-from train.extend import finetune, measure, readme, runner, table
+from train.extend import measure, readme, runner, table
 from train.extend.settings import Facts
 
 _BUILT = {}
+
+
+class SmokeTokenizer:
+    """One id per whitespace-led word (first sight order, wrapping at 125 + 3), BOS 1: short
+    passkey prompts for a tiny model (was train.extend.finetune's, before that file became a
+    config of the one fine-tuning path)."""
+
+    bos_id, eos_id = 1, 2
+
+    def __init__(self):
+        self.ids, self.words = {}, {}
+
+    def encode(self, text):
+        out = []
+        for word in text.replace("\n", " \n ").split(" "):
+            if word:
+                i = self.ids.setdefault(" " + word, 3 + len(self.ids) % 125)
+                self.words.setdefault(i, " " + word)
+                out.append(i)
+        return out
+
+    def decode(self, ids):
+        return "".join(self.words.get(i, "?") for i in ids)
 
 
 def tiny_load(calls=None):
@@ -31,7 +54,7 @@ def tiny_load(calls=None):
             _BUILT["state"] = nnx.state(Transformer(cfg, rngs=nnx.Rngs(0)))
         graphdef, _ = nnx.split(nnx.eval_shape(lambda: Transformer(cfg, rngs=nnx.Rngs(0))))
         return types.SimpleNamespace(model=nnx.merge(graphdef, _BUILT["state"]),
-                                     tokenizer=finetune.SmokeTokenizer(), config=cfg, hf_config={})
+                                     tokenizer=SmokeTokenizer(), config=cfg, hf_config={})
     return load
 
 
