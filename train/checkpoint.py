@@ -123,7 +123,13 @@ class CheckpointSaveError(OSError):
 class Checkpointer:
     """Save every N steps, keep the last K, restore the newest readable one."""
 
-    def __init__(self, directory: str, *, max_to_keep: int = 3, async_save: bool = True):
+    def __init__(self, directory: str, *, max_to_keep: int = 3, async_save: bool = True,
+                 read_only: bool = False):
+        """`read_only`: a reader beside a run that may be writing (an evaluation, the study's
+        parent asking whether a training finished, a fine-tune reading its base): it creates
+        nothing and never removes a `*.orbax-checkpoint-tmp` folder, which a writer's
+        CheckpointManager does when it opens (it would delete a save in flight). Orbax's own
+        `read_only` option is not used: it logs warnings on every open."""
         self.directory = os.path.abspath(directory)
         self._pending: int | None = None  # the step of an asynchronous save in flight
         # Directories are created in the calling thread: a directory that cannot be created
@@ -131,8 +137,8 @@ class Checkpointer:
         # failure left orbax's writer threads waiting for a "directory ready" signal that never
         # came, and the process hung at exit (issue 15).
         self._options = ocp.CheckpointManagerOptions(
-            max_to_keep=max_to_keep, create=True, cleanup_tmp_directories=True,
-            enable_async_checkpointing=async_save,
+            max_to_keep=max_to_keep, create=not read_only, cleanup_tmp_directories=not read_only,
+            enable_async_checkpointing=async_save and not read_only,
             async_options=ocp.AsyncOptions(create_directories_asynchronously=False))
         self._manager = ocp.CheckpointManager(self.directory, options=self._options)
 

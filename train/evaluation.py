@@ -97,7 +97,7 @@ def load_params(workdir: str, *, step: int | None = None, model_overrides=None, 
     runs with: LoRA adapters merged): `load_model` without building the module (what an evaluation that swaps encodings on the same weights needs).
     The setup comes from `runtime` when given."""
     directory = os.path.join(os.path.abspath(workdir), ckpt_lib.CHECKPOINT_DIR)
-    ckpt = ckpt_lib.Checkpointer(directory, async_save=False)
+    ckpt = ckpt_lib.Checkpointer(directory, async_save=False, read_only=True)
     try:
         if config is None:
             steps = ckpt.all_steps()

@@ -70,7 +70,7 @@ def _copy_first_checkpoint(pretrain_dir: str, workdir: str, config, *, step: int
             return
         setup = state_lib.make_setup(config, sharding.make_mesh(config.mesh))
         source = ckpt_lib.Checkpointer(os.path.join(pretrain_dir, ckpt_lib.CHECKPOINT_DIR),
-                                       async_save=False)
+                                       async_save=False, read_only=True)
         try:
             if step not in source.all_steps():
                 raise FileNotFoundError(f"no checkpoint at step {step} in {source.directory} "

@@ -146,7 +146,7 @@ def train_done(ctx: Context, job: TrainJob) -> dict | None:
     directory = os.path.join(ctx.workdir.model_dir(job.model), checkpoint.CHECKPOINT_DIR)
     if not os.path.isdir(directory):
         return None
-    ckpt = checkpoint.Checkpointer(directory, async_save=False)
+    ckpt = checkpoint.Checkpointer(directory, async_save=False, read_only=True)
     try:
         final = ctx.plan.train_configs[job.model].num_train_steps
         return marker if ckpt.latest_step() == final else None
