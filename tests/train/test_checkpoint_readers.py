@@ -17,10 +17,7 @@ def test_a_read_only_checkpointer_leaves_a_save_in_flight_alone(tmp_path):
         assert reader.all_steps() == [] and reader.latest_step() is None
     finally:
         reader.close()
-    assert in_flight.is_dir()
-    writer = ckpt_lib.Checkpointer(str(folder), async_save=False)  # what the reader must not be
-    writer.close()
-    assert not in_flight.exists()
+    assert in_flight.is_dir()  # the race itself: tests/study/test_study_parallel.py (two workers)
 
 
 def test_a_read_only_checkpointer_creates_nothing(tmp_path):
