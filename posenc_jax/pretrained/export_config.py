@@ -109,10 +109,26 @@ def check_expressible(cfg: TransformerConfig, family: Family | None = None) -> N
     if cfg.mlp_activation == "gelu":
         raise _refuse("mlp_activation='gelu'", "(an ungated MLP): the families exported here "
                       "have gated MLPs ('swiglu', 'geglu')")
+    _check_attention_features(cfg)
     scale = embed_multiplier(cfg)
     if scale is not None and cfg.embed_scale != "sqrt":
         raise _refuse(f"embed_scale={cfg.embed_scale!r}", "(a constant other than sqrt(E)): "
                       "Gemma scales by sqrt(hidden_size), the others not at all")
+
+
+def _check_attention_features(cfg: TransformerConfig) -> None:
+    """Refuses what the exported families' config.json has no key for: chunked attention,
+    learned sinks, sink tokens, QK L2-norm, query temperature (gpt-oss / Llama 4 settings; an
+    export would drop them without a word)."""
+    found = [name for name, on in (
+        ("attention_sinks=True", cfg.attention_sinks),
+        (f"sink_tokens={cfg.sink_tokens}", cfg.sink_tokens),
+        ("attention_chunk", any(s.chunk is not None for s in cfg.layer_specs)),
+        ("qk_l2_norm", any(s.qk_l2_norm for s in cfg.layer_specs)),
+        ("attn_temperature", any(s.temperature is not None for s in cfg.layer_specs))) if on]
+    if found:
+        raise _refuse(", ".join(found), f"(gpt-oss / Llama 4 attention): the families exported "
+                      f"here ({_names(FAMILIES)}) have no config key for it")
 
 
 def choose_model_type(cfg: TransformerConfig, hint: str | None = None) -> str:

@@ -177,6 +177,13 @@ REFUSED = [
      (r"as model_type='qwen2', the config.json would not hold: qk_norm=True \(reads back as "
       r"False\)")),
     ({"embed_scale": None, "sliding_window": [4, 8]}, r"sliding_window=\[4, 8\] has several"),
+    ({"embed_scale": None, "attention_sinks": True},
+     r"attention_sinks=True \(gpt-oss / Llama 4 attention\): the families exported here"),
+    ({"embed_scale": None, "attention_chunk": 8}, r"attention_chunk \(gpt-oss / Llama 4"),
+    ({"embed_scale": None, "sliding_window": 4, "sink_tokens": 2}, r"sink_tokens=2 \("),
+    ({"embed_scale": None, "attn_temperature": {"floor_scale": 8, "attn_scale": 0.1},
+      "layer_pattern": [{"temperature": True, "qk_l2_norm": True}]},
+     r"qk_l2_norm, attn_temperature \(gpt-oss"),
 ]
 
 
