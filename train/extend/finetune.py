@@ -34,7 +34,7 @@ from train.extension_eval import REPORT
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 SMOLLM2 = "SmolLM2-135M-Instruct.Q4_1.gguf"
-TINY = ROOT / "tests" / "data" / "pretrained" / "tiny" / "llama"
+TINY = ROOT / "tests/data/pretrained/tiny/llama"  # the smoke's tiny checkpoint
 FACTOR = 4
 
 
