@@ -17,7 +17,8 @@ names. The registry (`registry.py`) holds one record per method naming these fun
     longrope   inv_freq / short_factor (s <= L0) or / long_factor (s > L0); attention
                factor sqrt(1 + ln(factor) / ln(L0))              (Ding et al. 2024)
     llama3     / factor for wavelengths > L0 / low_freq_factor, untouched below
-               L0 / high_freq_factor, a smooth blend between      (Llama 3.1)
+               L0 / high_freq_factor, a smooth blend between      (Llama 3.1); equal
+               low / high factors (Llama 4 Scout) make it a step at L0 / low_freq_factor
     proportional  frequencies over the whole head dim, the lowest-frequency pairs set to 0
                (p-RoPE; Gemma 4): `partial_rotary_factor` says how many pairs rotate
 
@@ -235,16 +236,23 @@ def llama3(inv_freq, *, factor: float, low_freq_factor: float, high_freq_factor:
            original_max_position_embeddings: int) -> Result:
     """Llama 3.1: wavelength w = 2 pi / inv_freq; w > L0 / low_freq_factor -> / factor;
     w < L0 / high_freq_factor -> untouched; between, a blend with weight
-    t = (L0 / w - low_freq_factor) / (high_freq_factor - low_freq_factor) on the original."""
+    t = (L0 / w - low_freq_factor) / (high_freq_factor - low_freq_factor) on the original.
+
+    low_freq_factor == high_freq_factor (Llama 4 Scout's published config: 1.0 and 1.0) is a
+    step: / factor above L0 / low_freq_factor, untouched below, as transformers 5.24 computes
+    it (it only warns). At a wavelength exactly L0 / low_freq_factor transformers' blend is
+    0 / 0 = NaN; here it is inv_freq / factor, what every high_freq_factor > low_freq_factor
+    gives at that wavelength (t = 0)."""
     inv_freq = _freqs(inv_freq)
     xp = _xp(inv_freq)
     _check_factor(factor)
-    if not low_freq_factor < high_freq_factor:
-        raise ValueError(f"low_freq_factor must be < high_freq_factor, got low_freq_factor="
+    if low_freq_factor > high_freq_factor:
+        raise ValueError(f"low_freq_factor must be <= high_freq_factor, got low_freq_factor="
                          f"{low_freq_factor} and high_freq_factor={high_freq_factor}")
     length = float(original_max_position_embeddings)
     wavelen = (2 * math.pi if xp is np else jnp.float32(2 * math.pi)) / inv_freq
-    t = (length / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor)
+    gap = high_freq_factor - low_freq_factor  # 0: the blend is only the point t = 0
+    t = (length / wavelen - low_freq_factor) / (gap if gap > 0 else 1.0)
     smooth = (1.0 - t) * inv_freq / factor + t * inv_freq
     out = xp.where(wavelen > length / low_freq_factor, inv_freq / factor, smooth)
     out = xp.where(wavelen < length / high_freq_factor, inv_freq, out)

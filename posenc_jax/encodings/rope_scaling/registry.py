@@ -200,8 +200,8 @@ def _check_longrope(cfg):
 
 def _check_llama3(cfg):
     low, high = cfg["low_freq_factor"], cfg["high_freq_factor"]
-    if low >= high:
-        raise ValueError(f"low_freq_factor must be < high_freq_factor, got "
+    if low > high:  # equal: a step (Llama 4 Scout), see formulas.llama3
+        raise ValueError(f"low_freq_factor must be <= high_freq_factor, got "
                          f"low_freq_factor={low:g} and high_freq_factor={high:g}")
 
 

@@ -120,7 +120,7 @@ def validate(scaling: Mapping[str, Any], *, rotary_dim: int,
 
     Raises:
       ValueError: unknown rope_type (the message lists the valid ones), a missing required key,
-        factor < 1, beta_fast <= beta_slow, low_freq_factor >= high_freq_factor, factor lists
+        factor < 1, beta_fast <= beta_slow, low_freq_factor > high_freq_factor, factor lists
         of the wrong length, attention_factor <= 0, rope_theta <= 0, an odd rotary_dim.
       TypeError: a value of the wrong type.
     """
