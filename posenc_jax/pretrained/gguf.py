@@ -15,8 +15,10 @@ adding the 1). The file is memory-mapped: nothing but the
 metadata is read until a tensor is asked for. A file that is not GGUF, is truncated, or holds a
 names a tensor twice, has a metadata value of the wrong type (`gguf_metadata`), or holds a tensor
 that is not floating point or does not dequantise to finite values (`tensor_values`) raises
-ValueError naming the file (and the key or tensor). Tensors that transformers' models have no parameter for (`rope_freqs.weight`) are left
-out of `names()`; any other unknown tensor name is an error, not a silent skip.
+ValueError naming the file (and the key or tensor). `rope_freqs.weight` (llama.cpp's Llama 3.1
+frequency divisors) is no parameter: it is read into `config["rope_parameters"]`
+(`gguf_rope`; transformers drops it) and left out of `names()`; any other unknown tensor name is
+an error, not a silent skip.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from typing import Any
 import numpy as np
 from gguf import quants
 
-from posenc_jax.pretrained import gguf_config, gguf_format, gguf_metadata
+from posenc_jax.pretrained import gguf_config, gguf_format, gguf_metadata, gguf_rope
 from posenc_jax.pretrained.families import for_gguf
 from posenc_jax.pretrained.families.transforms import unpermute_rows as _unpermute_rows  # noqa: F401 (tests)
 from posenc_jax.pretrained.tensor_values import checked_weights, float_dtype
@@ -45,11 +47,15 @@ class GGUFCheckpoint:
         self._fields = gguf_metadata.checked_fields(parsed, where=str(self.path))
         self.arch = self._fields.get("general.architecture")
         file_names = [t.name for t in parsed.tensors]
-        self.config = gguf_config.hf_config(self._fields, file_names, where=str(self.path))
+        apart = {t.name: t for t in parsed.tensors if t.name in gguf_config.READ_APART}
+        freqs = apart.get(gguf_rope.ROPE_FREQS)
+        self.config = gguf_config.hf_config(
+            self._fields, file_names, where=str(self.path),
+            rope_freqs=None if freqs is None else self._values(freqs, freqs.name))
         self._spec = for_gguf(self._fields, where=str(self.path)).gguf
         self._tensors: dict[str, gguf_format.TensorInfo] = {}
         for t in parsed.tensors:
-            if t.name in gguf_config.IGNORED:
+            if t.name in apart:
                 continue
             hf = gguf_config.hf_tensor_name(t.name, self._spec)
             if hf is None:
@@ -79,18 +85,21 @@ class GGUFCheckpoint:
     def tensor(self, name: str) -> np.ndarray:
         """Tensor `name` (a Hugging Face name) as a new float32 array in Hugging Face layout."""
         t = self._info(name)
+        w = self._values(t, name)
+        fix = self._spec.fixes.get(gguf_config.gguf_part(t.name))
+        if fix is not None:
+            w = fix(w, self.config)
+        return np.array(w, dtype=np.float32, copy=True)
+
+    def _values(self, t: gguf_format.TensorInfo, name: str) -> np.ndarray:
+        """Tensor `t` dequantised, in Hugging Face layout, checked finite (`name` in errors)."""
         float_dtype(self.path, name, t.ggml_type.name, gguf=True)  # I8..I64: refused
         try:
             w = np.asarray(quants.dequantize(t.data, t.ggml_type))
         except (NotImplementedError, ValueError) as e:
             raise ValueError(f"{self.path}: tensor {name!r} (GGUF {t.name!r}, "
                              f"{t.ggml_type.name}): cannot dequantise: {e}") from e
-        w = checked_weights(self.path, name, w.reshape(self.shape(name)),
-                            also=f" (GGUF {t.name!r})")
-        fix = self._spec.fixes.get(gguf_config.gguf_part(t.name))
-        if fix is not None:
-            w = fix(w, self.config)
-        return np.array(w, dtype=np.float32, copy=True)
+        return checked_weights(self.path, name, w.reshape(t.shape), also=f" (GGUF {t.name!r})")
 
     def _info(self, name: str):
         try:

@@ -8,6 +8,13 @@ less `transformers_version` and the name/path keys (checked on both real models,
 Gemma 3, in tests/pretrained/test_pretrained_gguf.py). Floats stored as float32 in the file stay
 float32 values (eps 1e-5 reads 9.999999747378752e-06), as in transformers.
 
+Where we differ from transformers on purpose: the RoPE scaling. transformers reads no
+`rope.scaling.*` key (but gpt-oss's) and drops `rope_freqs.weight`; `hf_config` puts both into
+`rope_parameters` (`gguf_rope`), for every family: a Llama 3.1 GGUF's config then equals its
+safetensors twin's config.json (`rope_type: llama3` ...). A family whose `complete` makes one
+RoPE per layer type (Gemma 3) gets the scaling on its full-attention layers, as llama.cpp
+applies the file's scale to the global layers only.
+
 Everything family-specific -- the architectures read, their keys, defaults, tensor names and
 per-layer settings -- is in the family records (`Family.gguf`, chosen by
 `families.for_gguf`: the architecture, and `general.name` where transformers looks at it).
@@ -19,9 +26,12 @@ from __future__ import annotations
 import re
 from typing import Any
 
+import numpy as np
+
+from posenc_jax.pretrained import gguf_rope
 from posenc_jax.pretrained.families import GGUF, for_gguf
 
-__all__ = ["IGNORED", "hf_config", "hf_tensor_name"]
+__all__ = ["READ_APART", "hf_config", "hf_tensor_name"]
 
 _TOKENIZER_KEYS = {
     "tokenizer.ggml.bos_token_id": "bos_token_id",
@@ -29,8 +39,8 @@ _TOKENIZER_KEYS = {
     "tokenizer.ggml.unknown_token_id": "unk_token_id",
     "tokenizer.ggml.padding_token_id": "pad_token_id",
 }
-# Tensors some converters add that transformers' models have no parameter for (it drops them).
-IGNORED = frozenset({"rope_freqs.weight"})
+# Tensors no model parameter holds: read into the config (`hf_config`'s rope_freqs).
+READ_APART = frozenset({gguf_rope.ROPE_FREQS})
 _BLOCK_RE = re.compile(r"blk\.(\d+)\.([a-z_]+)\.(weight|bias)")
 _TOP_RE = re.compile(r"([a-z_]+)\.(weight|bias)")
 
@@ -54,11 +64,14 @@ def hf_tensor_name(gguf_name: str, spec: GGUF) -> str | None:
     return None
 
 
-def hf_config(fields: dict[str, Any], tensor_names: list[str], *, where: str) -> dict[str, Any]:
+def hf_config(fields: dict[str, Any], tensor_names: list[str], *, where: str,
+              rope_freqs: np.ndarray | None = None) -> dict[str, Any]:
     """The config.json dict for a GGUF file whose metadata is `fields` (key -> parsed value).
 
-    `where` (the file's path) is named in errors. Raises ValueError for an architecture no
-    record reads or a missing `general.architecture`.
+    `rope_freqs`: the file's `rope_freqs.weight` [rotary_dim / 2] float32, or None (module
+    docstring, `gguf_rope`). `where` (the file's path) is named in errors. Raises ValueError for
+    an architecture no record reads, a missing `general.architecture`, or RoPE scaling metadata
+    that `gguf_rope` refuses.
     """
     family = for_gguf(fields, where=where)
     spec, arch = family.gguf, family.gguf.arch
@@ -82,7 +95,16 @@ def hf_config(fields: dict[str, Any], tensor_names: list[str], *, where: str) ->
     cfg["tie_word_embeddings"] = "output.weight" not in tensor_names
     cfg.setdefault("num_key_value_heads", cfg["num_attention_heads"])
     theta = float(cfg.pop("rope_theta"))
-    cfg["rope_parameters"] = {"rope_theta": theta, "rope_type": "default"}
+    rotary_dim = fields.get(f"{arch}.rope.dimension_count") or fields.get(
+        f"{arch}.attention.key_length") or cfg["hidden_size"] // cfg["num_attention_heads"]
+    rope = gguf_rope.rope_parameters(fields, rope_freqs, arch=arch, theta=theta,
+                                     rotary_dim=rotary_dim,
+                                     context_length=cfg["max_position_embeddings"], where=where)
+    cfg["rope_parameters"] = rope
     if spec.complete is not None:
         spec.complete(cfg, theta)
+        per_type = cfg["rope_parameters"]
+        if rope["rope_type"] != "default" and "full_attention" in per_type:
+            per_type["full_attention"] = {**rope, "rope_theta": per_type["full_attention"][
+                "rope_theta"]}
     return cfg

@@ -33,6 +33,7 @@ _KINDS = {
     "count": (_INTEGERS, "an integer type (uint32) >= 0"),
     "token": (_INTEGERS, "an integer type (uint32), a token id >= 0"),
     "positive": (_FLOATS, "float32, finite and > 0"),
+    "real": (_FLOATS, "float32, finite"),
     "bool": (frozenset({"bool"}), "bool"),
     "string": (frozenset({"string"}), "string"),
     "strings": (frozenset({"array[string]"}), "array[string]"),
@@ -60,6 +61,13 @@ ARCH_KEYS = {
     "attention.value_length": "size", "attention.sliding_window": "size",
     "rope.dimension_count": "size", "rope.freq_base": "positive",
     "attention.layer_norm_rms_epsilon": "positive",
+    # RoPE scaling (gguf's Keys.Rope; their meaning: gguf_rope)
+    "rope.scaling.type": "string", "rope.scaling.factor": "real", "rope.scale_linear": "real",
+    "rope.scaling.original_context_length": "size", "rope.scaling.attn_factor": "real",
+    "rope.scaling.yarn_ext_factor": "real", "rope.scaling.yarn_attn_factor": "real",
+    "rope.scaling.yarn_beta_fast": "positive", "rope.scaling.yarn_beta_slow": "positive",
+    "rope.scaling.yarn_log_multiplier": "real", "rope.scaling.alpha": "real",
+    "rope.scaling.finetuned": "bool",
 }
 
 
@@ -76,7 +84,8 @@ def _check(where: str, key: str, kind: str, gguf_type: str, value: Any) -> None:
         raise ValueError(f"{where}: GGUF metadata {key!r} is {gguf_type} ({_short(value)}), "
                          f"expected {expected} (the GGUF spec; llama.cpp refuses it too)")
     bad = ((kind == "size" and value < 1) or (kind in ("count", "token") and value < 0)
-           or (kind == "positive" and not (math.isfinite(value) and value > 0)))
+           or (kind == "positive" and not (math.isfinite(value) and value > 0))
+           or (kind == "real" and not math.isfinite(value)))
     if bad:
         raise ValueError(f"{where}: GGUF metadata {key!r} = {value!r} is out of range, "
                          f"expected {expected}")
