@@ -10,12 +10,15 @@ the same margin)."""
 
 import json
 import pathlib
+import shutil
 
+import gguf
 import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
 
+from posenc_jax import pretrained
 from posenc_jax.pretrained.api import open_checkpoint
 from posenc_jax.pretrained.loader import build
 
@@ -63,3 +66,40 @@ def test_gguf_config_rope_equals_the_twin_config_json():
 def test_gguf_and_safetensors_twin_load_to_the_same_logits():
     np.testing.assert_allclose(logits(DATA / "llama31.gguf"), logits(DATA / "twin"),
                                atol=2e-5, rtol=0)
+
+
+ODD = np.array([1.0, 1.2, 2.0, 2.5, 6.0, 8.0, 8.0, 8.0], np.float32)  # no llama3 rule's shape
+
+
+def with_rope_freqs(tmp_path, values) -> pathlib.Path:
+    path = tmp_path / "odd.gguf"
+    shutil.copy(DATA / "llama31.gguf", path)
+    reader = gguf.GGUFReader(path, "r+")
+    [t] = [t for t in reader.tensors if t.name == "rope_freqs.weight"]
+    t.data[:] = values
+    reader.data.flush()
+    del reader
+    return path
+
+
+def test_per_pair_divisors_load_and_export_as_transformers_reads_them(tmp_path):
+    """Divisors no llama3 rule makes are kept per pair (longrope, short == long): the GGUF, the
+    twin under those rope_parameters and our export of the GGUF give the same logits, and the
+    export's config.json carries them (transformers' LlamaForCausalLM divides by them)."""
+    path = with_rope_freqs(tmp_path, ODD)
+    model, _, hf = build(open_checkpoint(path), dtype="float32", attention="dense")
+    rope = hf["rope_parameters"]
+    assert rope["rope_type"] == "longrope" and rope["short_factor"] == rope["long_factor"]
+    np.testing.assert_array_equal(np.float32(rope["short_factor"]), ODD)
+    tokens = jnp.asarray(np.load(DATA / "logits.npz")["token_ids"])
+    got = np.asarray(forward(model, tokens))
+    twin, _, _ = build(open_checkpoint(DATA / "twin"), dtype="float32", attention="dense",
+                       rope_scaling=rope)
+    np.testing.assert_allclose(got, np.asarray(forward(twin, tokens)), atol=2e-5, rtol=0)
+    out = tmp_path / "export"
+    pretrained.save(model, out, model_type="llama", hf_config_base=hf)
+    written = json.loads((out / "config.json").read_text())["rope_parameters"]
+    assert written["rope_type"] == "longrope"
+    np.testing.assert_array_equal(np.float32(written["short_factor"]), ODD)
+    back, _, _ = build(open_checkpoint(out), dtype="float32", attention="dense")
+    np.testing.assert_allclose(np.asarray(forward(back, tokens)), got, atol=2e-5, rtol=0)
