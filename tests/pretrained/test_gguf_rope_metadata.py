@@ -19,6 +19,7 @@ import pytest
 from posenc_jax.encodings import rope_scaling
 from posenc_jax.pretrained import gguf_rope
 from posenc_jax.pretrained.gguf import open_gguf
+from posenc_jax.pretrained.gguf_config import hf_config
 
 
 def llama_cpp_divisors(theta, dim, factor, low, high, original):
@@ -188,3 +189,17 @@ def test_file_with_an_unknown_type_or_a_mistyped_key_is_refused(tmp_path):
     with pytest.raises(ValueError, match=r"str\.gguf: GGUF metadata 'llama\.rope\.scaling\."
                                          r"factor' is string \('8'\), expected float32, finite"):
         open_gguf(write(tmp_path / "str.gguf", rope__scaling__factor="8"))
+
+
+def test_gemma3_scaling_goes_to_its_full_attention_layers_only():
+    """As llama.cpp (the file's scale on the global layers) and Gemma 3 4B's config.json:
+    full_attention {linear, factor 8, theta 1e6}, sliding_attention plain at 1e4."""
+    fields = {"general.architecture": "gemma3", "gemma3.block_count": 6,
+              "gemma3.embedding_length": 16, "gemma3.attention.head_count": 2,
+              "gemma3.feed_forward_length": 32, "gemma3.vocab_size": 40,
+              "gemma3.rope.freq_base": 1e6, "gemma3.rope.scaling.type": "linear",
+              "gemma3.rope.scaling.factor": 8.0}
+    cfg = hf_config(fields, [], where="g.gguf")
+    assert cfg["rope_parameters"] == {
+        "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+        "full_attention": {"rope_type": "linear", "rope_theta": 1e6, "factor": 8.0}}
