@@ -23,18 +23,14 @@ from posenc_jax.pretrained.gguf_config import hf_config
 
 
 def llama_cpp_divisors(theta, dim, factor, low, high, original):
-    freqs = 1.0 / (np.float32(theta) ** (np.arange(0, dim, 2, dtype=np.float32) / np.float32(dim)))
-    out = []
-    for freq in freqs:
-        wavelen = 2 * math.pi / float(freq)
-        if wavelen < original / high:
-            out.append(1.0)
-        elif wavelen > original / low:
-            out.append(factor)
-        else:
-            smooth = (original / wavelen - low) / (high - low)
-            out.append(1 / ((1 - smooth) / factor + smooth))
-    return np.array(out, dtype=np.float32)
+    """llama.cpp's rope_freqs: per float32 frequency, in Python floats, stored float32."""
+    def divisor(freq: float) -> float:
+        wavelen = 2 * math.pi / freq
+        smooth = (original / wavelen - low) / (high - low)
+        return (1.0 if wavelen < original / high else factor if wavelen > original / low
+                else 1 / ((1 - smooth) / factor + smooth))
+    exps = np.arange(0, dim, 2, dtype=np.float32) / np.float32(dim)
+    return np.float32([divisor(float(f)) for f in 1.0 / (np.float32(theta) ** exps)])
 
 
 def params(freqs=None, *, theta=500000.0, dim=128, context=131072, **keys):
