@@ -63,6 +63,15 @@ def test_gguf_config_rope_equals_the_twin_config_json():
         assert cfg[key] == twin[key]
 
 
+def test_gguf_export_writes_the_twin_rope_parameters(tmp_path):
+    model, _, hf = build(open_checkpoint(DATA / "llama31.gguf"), dtype="float32",
+                         attention="dense")
+    pretrained.save(model, tmp_path, model_type="llama", hf_config_base=hf)
+    twin = json.loads((DATA / "twin" / "config.json").read_text())
+    assert json.loads((tmp_path / "config.json").read_text())["rope_parameters"] == twin[
+        "rope_parameters"]
+
+
 def test_gguf_and_safetensors_twin_load_to_the_same_logits():
     np.testing.assert_allclose(logits(DATA / "llama31.gguf"), logits(DATA / "twin"),
                                atol=2e-5, rtol=0)

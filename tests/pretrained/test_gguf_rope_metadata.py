@@ -13,6 +13,8 @@ without a rope_parameters meaning, each naming the file and the key or tensor.
 import math
 
 import gguf
+import hypothesis
+import hypothesis.strategies as st
 import numpy as np
 import pytest
 
@@ -199,3 +201,28 @@ def test_gemma3_scaling_goes_to_its_full_attention_layers_only():
     assert cfg["rope_parameters"] == {
         "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
         "full_attention": {"rope_type": "linear", "rope_theta": 1e6, "factor": 8.0}}
+
+
+@hypothesis.settings(deadline=None, max_examples=60)
+@hypothesis.given(factor=st.sampled_from([2.0, 4.0, 8.0, 16.0, 32.0]),
+                  low=st.sampled_from([0.5, 1.0, 2.0]), ratio=st.sampled_from([2.0, 4.0, 8.0]),
+                  original=st.integers(64, 1 << 15), log_theta=st.floats(3.0, 6.5),
+                  dim=st.sampled_from([64, 128]))
+def test_recovered_rule_gives_the_vector_back(factor, low, ratio, original, log_theta, dim):
+    """With the original context key: the parameters written. Without: the same band edges
+    (L0 / low, L0 / high), low_freq_factor 1. Either way llama.cpp's formula with them
+    reproduces the stored vector."""
+    theta, high = 10.0 ** log_theta, low * ratio
+    r = llama_cpp_divisors(theta, dim, factor, low, high, original)
+    blend = (r > 1 + 1e-5) & (r < factor * (1 - 1e-5))
+    hypothesis.assume(blend.sum() >= 2 and r[-1] == factor)
+    keyed = params(r, theta=theta, dim=dim, rope__scaling__original_context_length=original)
+    assert keyed == llama3(factor, low, high, original, theta)
+    got = params(r, theta=theta, dim=dim)
+    assert got["rope_type"] == "llama3" and got["factor"] == factor
+    length = got["original_max_position_embeddings"]
+    assert length == pytest.approx(original / low, rel=2e-3, abs=0.5)
+    assert length / got["high_freq_factor"] == pytest.approx(original / high, rel=2e-3)
+    again = llama_cpp_divisors(theta, dim, factor, got["low_freq_factor"],
+                               got["high_freq_factor"], length)
+    np.testing.assert_allclose(again, r, rtol=1e-5)
