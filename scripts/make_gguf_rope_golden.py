@@ -14,8 +14,8 @@ root:  /work/goldenvenv/bin/python scripts/make_gguf_rope_golden.py
   `LlamaModel.generate_extra_tensors` formula (float32 torch frequencies, Python-float
   arithmetic; with L0 read from the rope parameters, where llama.cpp reads a top-level key and
   falls back to 8192). yarn.gguf / linear.gguf: the same weights, no rope_freqs, with
-  `rope.scaling.type` yarn (factor 4, original_context_length 32, beta_fast 32, beta_slow 1) /
-  linear (factor 4), as convert_hf_to_gguf.py writes those types.
+  `rope.scaling.type` yarn (factor 8 = 256 / 32, original_context_length 32, beta_fast 32,
+  beta_slow 1) / linear (factor 4), as convert_hf_to_gguf.py writes those types.
 * logits.npz: `token_ids` [1, 64] int32 and [1, 64, V] float32 logits: `hf_llama3` (the twin),
   `hf_default` (the same weights, plain RoPE), `hf_yarn`, `hf_linear` (the twin under those
   rope_parameters) and `hf_gguf_llama3` (transformers 5.24 loading llama31.gguf itself).
@@ -39,7 +39,7 @@ THETA, L0, SEQ, VOCAB, HEADS, KV, HEAD_DIM = 50.0, 32, 64, 64, 4, 2, 16
 LLAMA3 = {"rope_type": "llama3", "rope_theta": THETA, "factor": 8.0, "low_freq_factor": 1.0,
           "high_freq_factor": 4.0, "original_max_position_embeddings": L0}
 CASES = {"llama3": LLAMA3, "default": {"rope_type": "default", "rope_theta": THETA},
-         "yarn": {"rope_type": "yarn", "rope_theta": THETA, "factor": 4.0,
+         "yarn": {"rope_type": "yarn", "rope_theta": THETA, "factor": 8.0,
                   "original_max_position_embeddings": L0, "beta_fast": 32.0, "beta_slow": 1.0},
          "linear": {"rope_type": "linear", "rope_theta": THETA, "factor": 4.0}}
 SPEC = {"vocab_size": VOCAB, "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
