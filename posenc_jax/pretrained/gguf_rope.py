@@ -190,13 +190,14 @@ def rope_parameters(fields: Mapping[str, Any], freqs: np.ndarray | None, *, arch
     if freqs is not None:
         r = _checked_freqs(freqs, rotary_dim, where)
         if not np.all(r == 1.0):
-            declared = fields.get(f"{arch}.rope.scaling.type")
             if scaling is not None:
+                key = f"{arch}.rope.scaling.type"
+                said = (f"{key!r} = {fields[key]!r}" if key in fields else
+                        f"'{arch}.rope.scaling.factor' = {scaling['factor']!r} (linear)")
                 raise ValueError(
                     f"{where}: tensor {ROPE_FREQS!r} = {_summary(r)} holds per-pair frequency "
-                    f"divisors (llama3 scaling) but GGUF metadata '{arch}.rope.scaling.type' = "
-                    f"{declared or scaling['rope_type']!r} declares another scaling; one file "
-                    f"cannot have both")
+                    f"divisors (llama3 scaling) but GGUF metadata {said} declares another "
+                    f"scaling; one file cannot have both")
             inv32 = (np.float32(1.0) / (np.float32(theta) ** (
                 np.arange(0, rotary_dim, 2, dtype=np.float32) / np.float32(rotary_dim))))
             original = fields.get(f"{arch}.rope.scaling.original_context_length")

@@ -173,6 +173,10 @@ def test_file_whose_rope_freqs_contradict_its_type_is_refused(tmp_path):
                                          r"GGUF metadata 'llama\.rope\.scaling\.type' = 'yarn' "
                                          r"declares another scaling"):
         open_gguf(path)
+    with pytest.raises(ValueError, match=r"8, 8\] holds per-pair frequency divisors \(llama3 "
+                                         r"scaling\) but GGUF metadata 'llama\.rope\.scaling\."
+                                         r"factor' = 2\.0 \(linear\) declares another"):
+        open_gguf(write(tmp_path / "factor.gguf", r, rope__scaling__factor=2.0))
     # "none" beside the divisors is no contradiction: llama.cpp applies them whatever the type
     ok = open_gguf(write(tmp_path / "none.gguf", r, rope__scaling__type="none"))
     assert ok.config["rope_parameters"] == llama3(8.0, 1.0, 4.0, 32, 50.0)
