@@ -68,7 +68,8 @@ def _llama_cpp_divisors(inv32: np.ndarray, factor: float, low: float, high: floa
     wavelen = 2 * math.pi / inv32.astype(np.float64)
     gap = high - low
     smooth = (original / wavelen - low) / (gap if gap > 0 else 1.0)
-    mid = 1.0 / ((1.0 - smooth) / factor + smooth)
+    with np.errstate(divide="ignore", invalid="ignore"):  # outside the blend band: unused
+        mid = 1.0 / ((1.0 - smooth) / factor + smooth)
     out = np.where(wavelen > original / low, factor, mid)
     return np.where(wavelen < original / high, 1.0, out).astype(np.float32)
 
@@ -81,6 +82,8 @@ def _reproduces(r: np.ndarray, inv32: np.ndarray, cand: dict) -> bool:
 
 def _llama3_candidates(r: np.ndarray, inv32: np.ndarray, original: int | None) -> list[dict]:
     factor = float(r[-1])
+    if factor <= 1.0:  # llama3 divides the low band by factor >= 1
+        return []
     mid = (r > 1 + _RTOL) & (r < factor * (1 - _RTOL))
     out = []
     if mid.sum() >= 2:  # t = (x - p) / (q - p), x = 1 / wavelength: slope and intercept

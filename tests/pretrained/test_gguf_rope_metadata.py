@@ -71,8 +71,9 @@ def test_llama4_scout_step_is_recovered():
 
 
 @pytest.mark.parametrize("r", [np.array([1.0, 3.0, 2.0, 8.0], np.float32),
-                               np.array([1.0, 1.0, 2.5, 8.0], np.float32)],
-                         ids=["not-monotone", "one-blend-entry"])
+                               np.array([1.0, 1.0, 2.5, 8.0], np.float32),
+                               np.array([1.0, 0.5, 0.5, 0.5], np.float32)],
+                         ids=["not-monotone", "one-blend-entry", "below-one"])
 def test_divisors_no_llama3_rule_makes_are_kept_per_pair(r):
     got = params(r, theta=10000.0, dim=8, context=4096)
     assert got == {"rope_theta": 10000.0, "rope_type": "longrope", "short_factor": list(r),
