@@ -6,7 +6,7 @@
 $DEVICE_CHECK_SECTIONS (comma-separated) runs only those sections, the others recorded as
 skipped. Section time limits are in FULL / SMOKE below (x $DEVICE_CHECK_BUDGET_SCALE, default 1: the
 test sets 3, so a loaded CPU does not cut the smoke short). Writes OUT/device_check.json (keys platform, jax_version, device, mode, tests, rope,
-attention, train, study, extend_finetune, seconds) and OUT/device_check.md. Each section runs in its own
+attention, train, study, extend_finetune, extend_4c, seconds) and OUT/device_check.md. Each section runs in its own
 process with its own time limit (so a crash, a hang or an out-of-memory in one part loses
 nothing else; only one process holds the accelerator at a time) and writes what it has
 measured as it goes: a section that fails is recorded with its error and partial results.
@@ -35,7 +35,7 @@ FULL = {
     "train_model": {"num_layers": 24, "embed_dim": 1024, "num_heads": 8, "mlp_dim": 3328,
                     "vocab_size": 256},
     "budget": {"tests": 100, "rope": 25, "attention": 150, "train": 110, "kernel": 120,
-               "study": None, "extend_finetune": 300},
+               "study": None, "extend_finetune": 300, "extend_4c": 240},
     "extend_steps": 200,
     "total_budget": 500,  # seconds for all sections: the study gets what is left
     "smoke": False,
@@ -48,12 +48,13 @@ SMOKE = {
     "train_model": {"num_layers": 2, "embed_dim": 32, "num_heads": 2, "mlp_dim": 64,
                     "vocab_size": 256},
     "budget": {"tests": 30, "rope": 15, "attention": 30, "train": 45, "kernel": 45,
-               "study": None, "extend_finetune": 90},
+               "study": None, "extend_finetune": 90, "extend_4c": 90},
     "extend_steps": 3,
     "total_budget": 305,
     "pytest": [], "smoke": True,
 }
-SECTIONS = ("tests", "rope", "attention", "train", "kernel", "study", "extend_finetune")
+SECTIONS = ("tests", "rope", "attention", "train", "kernel", "study", "extend_finetune",
+            "extend_4c")
 
 
 def run_section(name: str, shapes: dict, path: pathlib.Path, deadline: float,
@@ -102,6 +103,8 @@ def run_section(name: str, shapes: dict, path: pathlib.Path, deadline: float,
         run_study(shapes, out, deadline, outdir)
     elif name == "extend_finetune":
         run_extend_finetune(shapes, out, deadline, outdir)
+    elif name == "extend_4c":
+        run_extend_4c(shapes, out, deadline, outdir)
 
 
 def run_extend_finetune(shapes: dict, out, deadline: float, outdir: pathlib.Path) -> None:
@@ -121,6 +124,43 @@ def run_extend_finetune(shapes: dict, out, deadline: float, outdir: pathlib.Path
     md = outdir / "extend_finetune.md"
     if md.exists():
         out("extend_finetune.md", md.read_text()[:6000])
+
+
+#: The smoke's overrides: the same config on the tiny random Llama (C = 64), two methods.
+EXTEND_4C_SMOKE = (
+    f"--config.pretrained_dir={ROOT / 'tests/data/pretrained/tiny'}",
+    "--config.model.smollm2.file=llama", "--config.model.smollm2.add_bos=True",
+    "--config.methods=none,yarn", "--config.texts=prose", "--config.passkey.lengths=4C",
+    "--config.passkey.depths=0.5",
+    "--config.passkey.keys_per_depth=1", "--config.passkey.max_new_tokens=6",
+    "--config.calibrate_len=32", "--config.calibrate_attention_len=64")
+
+
+def extend_4c_command(outdir: pathlib.Path, *, smoke: bool) -> list[str]:
+    """`python -m train.extend --config=configs/extend_2c.py:4C`: the seed chapter's table on
+    SmolLM2 at 4C = 32,768 tokens (every method, prose and code, passkey at C, 2C and 4C);
+    the smoke runs the same config on the tiny Llama."""
+    return [sys.executable, "-m", "train.extend",
+            f"--config={ROOT / 'configs' / 'extend_2c.py'}:4C",
+            f"--workdir={outdir / 'extend_4c'}", *(EXTEND_4C_SMOKE if smoke else ())]
+
+
+def run_extend_4c(shapes: dict, out, deadline: float, outdir: pathlib.Path) -> None:
+    """The 4C table; resumable, so a run cut by its budget continues on the next device run
+    (carry OUT/extend_4c back as the workdir). Its report lands in OUT."""
+    cmd = extend_4c_command(outdir, smoke=shapes["smoke"])
+    left = deadline - time.time()
+    try:
+        p = subprocess.run(cmd, check=False, cwd=ROOT, capture_output=True, text=True,
+                           timeout=max(left, 10))
+        out("status", "ok" if p.returncode == 0 else f"failed rc={p.returncode}")
+        out("tail", (p.stdout + p.stderr).strip().splitlines()[-8:])
+    except subprocess.TimeoutExpired:
+        out("status", f"timed out after {left:.0f} s (resumable: rerun the same command)")
+    out("cmd", " ".join(cmd[1:]))
+    report = outdir / "extend_4c" / "report.md"
+    if report.exists():
+        out("report.md", report.read_text()[:6000])
 
 
 def run_study(shapes: dict, out, deadline: float, outdir: pathlib.Path) -> None:

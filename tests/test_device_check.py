@@ -17,7 +17,7 @@ import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 KEYS = ("platform", "jax_version", "tests", "rope", "attention", "train", "kernel", "study",
-        "extend_finetune")
+        "extend_finetune", "extend_4c")
 SKIPPED = ("kernel", "study")  # run by other tests (the docstring)
 
 
@@ -46,5 +46,7 @@ def test_device_check_smoke_writes_every_section(tmp_path):
     assert all(v["status"] in ("pass", "skipped") for k, v in numerics.items()
                if isinstance(v, dict) and "status" in v), numerics
     assert "cudnn" in json.dumps(numerics)  # recorded as skipped on CPU, not silently absent
+    assert report["extend_4c"]["status"] == "ok", report["extend_4c"]  # its own command too
+    assert "| yarn | " in report["extend_4c"]["report.md"]
     md = (tmp_path / "device_check.md").read_text()
     assert md.startswith("# Device check (smoke)") and "## attention" in md

@@ -112,3 +112,20 @@ def test_the_cli_names_an_unknown_key_in_one_line(tmp_path):
     assert out.stderr.strip().splitlines()[-1].startswith(
         "error: --config.foo: config has no key 'foo'")
     assert "Traceback" not in out.stderr and not os.listdir(tmp_path)
+
+
+def test_the_2c_and_4c_configs_read_and_accept_auto_attention():
+    """configs/extend_2c.py (the 2C table; `:4C` one flag away) names every stretch method, both
+    texts, three depths x two keys; 'auto' attention is accepted (configs/extend_full.py's)."""
+    from configs import extend_2c, extend_full
+    for arg, longest in (("2C", 128), ("4C", 256)):
+        config = extend_2c.get_config(arg)
+        config.model.smollm2.file = "llama"
+        config.pretrained_dir = str(TINY)
+        s = settings.read(config)
+        assert s.attention == "auto" and s.models[0].lengths[-1] == longest
+        assert set(s.methods) == {"none", "linear", "ntk", "dynamic", "yarn", "llama3",
+                                  "longrope"} and s.texts == ("prose", "code")
+    with pytest.raises(ValueError, match=r"configs/extend_2c.py:3C: the argument must be 2C or 4C"):
+        extend_2c.get_config("3C")
+    assert extend_full.get_config().attention == "auto"

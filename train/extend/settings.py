@@ -207,7 +207,7 @@ def read(config, *, inspect: Callable[[str], Facts] = checkpoint_facts) -> Setti
                               valid=tuple(config.model.keys()), required=True)
     attention = _string("config.attention", config.attention)
     if attention:
-        checks.one_of("config.attention", attention, backends.names())
+        checks.one_of("config.attention", attention, (*backends.names(), backends.AUTO))
     return Settings(
         models=tuple(_model(config, n, inspect) for n in model_names),
         methods=names.names(config.methods, key="config.methods", valid=scalings.all_methods(),
