@@ -19,6 +19,7 @@ WHEELS=(
   termcolor==3.3.0 psutil==7.2.2   # tensorflow-datasets' run-time imports
   tqdm==4.70.1                     # progress (usually there via transformers)
   tensorboardX==2.6.5              # training's TensorBoard event files (train.tensorboard_log)
+  gguf==0.19.0                     # posenc_jax.pretrained's GGUF reader (numpy, pyyaml, requests: there)
 )
 mkdir -p "$dir"
 "$PY" -m pip download --quiet --no-deps --only-binary=:all: --python-version 3.12 \

@@ -46,7 +46,9 @@ def test_device_check_smoke_writes_every_section(tmp_path):
     assert all(v["status"] in ("pass", "skipped") for k, v in numerics.items()
                if isinstance(v, dict) and "status" in v), numerics
     assert "cudnn" in json.dumps(numerics)  # recorded as skipped on CPU, not silently absent
-    assert report["extend_4c"]["status"] == "ok", report["extend_4c"]  # its own command too
+    assert report["extend_4c"]["status"] == "ok", report["extend_4c"]  # 2C, then 4C
+    ext = report["extend_4c"]
+    assert ext["status_2C"] == "ok" and "| yarn | " in ext["report_2C.md"], ext
     assert "| yarn | " in report["extend_4c"]["report.md"]
     md = (tmp_path / "device_check.md").read_text()
     assert md.startswith("# Device check (smoke)") and "## attention" in md
