@@ -90,7 +90,8 @@ def check_moe(config: Any, set_: Callable[[str, Any], None]) -> None:
                        for i, j in enumerate(layers))
         if len(set(layers)) != len(layers):
             raise ValueError(f"moe_layers={layers!r} repeats a layer")
-        set_("moe_layers", tuple(sorted(layers)))
+        every = len(layers) == config.num_layers
+        set_("moe_layers", None if every else tuple(sorted(layers)))  # all layers: None
 
 
 def is_moe_layer(config: Any, i: int) -> bool:
