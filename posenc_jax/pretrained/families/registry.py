@@ -28,7 +28,7 @@ __all__ = ["CHOICE", "FAMILIES", "by_model_type", "claimed", "for_gguf", "gguf_a
            "model_types"]
 
 FAMILIES: tuple[Family, ...] = (llama.FAMILY, mistral.FAMILY, qwen2.FAMILY, qwen3.FAMILY,
-                                qwen3_moe.FAMILY, gemma.FAMILY, gemma3.FAMILY, phi3.FAMILY)
+                                gemma.FAMILY, gemma3.FAMILY, phi3.FAMILY, qwen3_moe.FAMILY)
 CHOICE: tuple[Family, ...] = (gemma3.FAMILY, gemma.FAMILY, qwen2.FAMILY, qwen3_moe.FAMILY,
                               qwen3.FAMILY, mistral.FAMILY, llama.FAMILY)
 

@@ -1,0 +1,90 @@
+"""Qwen3-MoE from safetensors (tests/data/pretrained/tiny/qwen3_moe, written by
+scripts/make_moe_golden_tiny.py with transformers 5.25): the config read (sparse and dense
+layers, the router), transformers' greedy tokens through the cache, the export's per-expert
+tensor names, and the errors naming the file and the tensor for a missing expert, an expert of
+another shape and a router of the wrong shape. (Logits within 1e-4 of transformers and the
+load-save-load round trip run for it in test_pretrained_tiny.py / test_pretrained_save.py, as
+for every family with a fixture.)"""
+
+import pathlib
+import shutil
+
+import numpy as np
+import pytest
+from safetensors.numpy import load_file, save_file
+
+from posenc_jax import pretrained
+from posenc_jax.model.generate import generate
+from posenc_jax.pretrained.save import hf_tensors
+
+TINY = pathlib.Path(__file__).parents[1] / "data" / "pretrained" / "tiny" / "qwen3_moe"
+FILE = "model.safetensors"
+
+
+@pytest.fixture(scope="module")
+def lm():
+    return pretrained.load(TINY, attention="dense")
+
+
+def test_config_reads_the_sparse_layers_and_the_router(lm):
+    cfg = lm.model.config
+    assert (cfg.num_experts, cfg.experts_per_token, cfg.moe_mlp_dim) == (4, 2, 16)
+    assert cfg.router == "softmax_topk_norm" and cfg.moe_layers == (0, 2)
+    assert [type(b.mlp).__name__ for b in lm.model.layers] == ["MoE", "MLP", "MoE"]
+    assert lm.model.layers[0].mlp.gate[...].shape == (4, 32, 16)
+
+
+def test_greedy_tokens_equal_transformers(lm):
+    golden = np.load(TINY / "logits.npz")
+    got = generate(lm.model, golden["greedy_prompt"], max_new_tokens=16)
+    np.testing.assert_array_equal(np.asarray(got), golden["greedy_tokens"])
+
+
+def test_export_writes_transformers_per_expert_tensors(lm):
+    out = hf_tensors(lm.model, "qwen3_moe")
+    source = load_file(TINY / FILE)
+    assert set(out) == set(source)
+    for name in ("model.layers.2.mlp.experts.3.down_proj.weight", "model.layers.0.mlp.gate.weight",
+                 "model.layers.1.mlp.up_proj.weight"):
+        np.testing.assert_array_equal(out[name], source[name])
+
+
+def _broken(tmp_path, change) -> pathlib.Path:
+    d = tmp_path / "qwen3_moe"
+    shutil.copytree(TINY, d)
+    tensors = load_file(d / FILE)
+    change(tensors)
+    save_file(tensors, str(d / FILE))
+    return d
+
+
+def test_a_missing_expert_names_the_file_and_the_tensor(tmp_path):
+    d = _broken(tmp_path, lambda t: t.pop("model.layers.2.mlp.experts.1.up_proj.weight"))
+    with pytest.raises(ValueError) as info:
+        pretrained.load(d)
+    msg = str(info.value)
+    assert str(d / FILE) in msg and "'model.layers.2.mlp.experts.1.up_proj.weight'" in msg
+    assert "missing from the checkpoint: the experts of" in msg
+
+
+def test_a_missing_last_expert_is_a_shape_error_naming_the_stack(tmp_path):
+    d = _broken(tmp_path, lambda t: t.pop("model.layers.0.mlp.experts.3.gate_proj.weight"))
+    with pytest.raises(ValueError, match=r"'model.layers.0.mlp.experts.\*.gate_proj.weight': "
+                       r"shape \(3, 16, 32\) does not fit the config \(expected \(4, 16, 32\)\)"):
+        pretrained.load(d)
+
+
+def test_an_expert_of_another_shape_names_it(tmp_path):
+    name = "model.layers.0.mlp.experts.2.down_proj.weight"
+    d = _broken(tmp_path, lambda t: t.__setitem__(name, t[name][:, :-1]))
+    with pytest.raises(ValueError, match=rf"'{name}': shape \(32, 15\) differs from expert 0's"):
+        pretrained.load(d)
+
+
+def test_a_router_of_the_wrong_shape_names_the_file_and_the_tensor(tmp_path):
+    name = "model.layers.2.mlp.gate.weight"
+    d = _broken(tmp_path, lambda t: t.__setitem__(name, t[name][:3]))
+    with pytest.raises(ValueError) as info:
+        pretrained.load(d)
+    assert str(d / FILE) in str(info.value) and f"'{name}'" in str(info.value)
+    assert "shape (3, 32) does not fit the config (expected (4, 32))" in str(info.value)
