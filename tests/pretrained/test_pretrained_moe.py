@@ -1,21 +1,26 @@
 """Qwen3-MoE from safetensors (tests/data/pretrained/tiny/qwen3_moe, written by
 scripts/make_moe_golden_tiny.py with transformers 5.25): the config read (sparse and dense
 layers, the router), transformers' greedy tokens through the cache, the export's per-expert
-tensor names, and the errors naming the file and the tensor for a missing expert, an expert of
+tensor names, a MoE model made here exported as Qwen3-MoE (and what it cannot hold refused),
+and the errors naming the file and the tensor for a missing expert, an expert of
 another shape and a router of the wrong shape. (Logits within 1e-4 of transformers and the
 load-save-load round trip run for it in test_pretrained_tiny.py / test_pretrained_save.py, as
 for every family with a fixture.)"""
 
+import json
 import pathlib
 import shutil
 
+import jax.numpy as jnp
 import numpy as np
 import pytest
+from flax import nnx
 from safetensors.numpy import load_file, save_file
 
 from posenc_jax import pretrained
 from posenc_jax.model.generate import generate
-from posenc_jax.pretrained.save import hf_tensors
+from posenc_jax.model.transformer import Transformer, TransformerConfig
+from posenc_jax.pretrained.save import hf_tensors, save
 
 TINY = pathlib.Path(__file__).parents[1] / "data" / "pretrained" / "tiny" / "qwen3_moe"
 FILE = "model.safetensors"
@@ -88,3 +93,31 @@ def test_a_router_of_the_wrong_shape_names_the_file_and_the_tensor(tmp_path):
         pretrained.load(d)
     assert str(d / FILE) in str(info.value) and f"'{name}'" in str(info.value)
     assert "shape (3, 32) does not fit the config (expected (4, 32))" in str(info.value)
+
+
+MOE = {"vocab_size": 32, "num_layers": 2, "embed_dim": 16, "num_heads": 2, "mlp_dim": 32,
+       "embed_scale": None, "qk_norm": True, "num_experts": 4, "experts_per_token": 2,
+       "moe_mlp_dim": 8}
+
+
+def test_a_moe_model_made_here_exports_as_qwen3_moe_and_reloads(tmp_path):
+    model = Transformer(TransformerConfig(**MOE, moe_layers=(1,)), rngs=nnx.Rngs(0))
+    save(model, tmp_path / "out")
+    config = json.loads((tmp_path / "out" / "config.json").read_text())
+    assert (config["model_type"], config["num_experts"], config["mlp_only_layers"],
+            config["norm_topk_prob"]) == ("qwen3_moe", 4, [0], True)
+    back = pretrained.load(tmp_path / "out", attention="dense")
+    tokens = jnp.arange(12, dtype=jnp.int32).reshape(2, 6)
+    np.testing.assert_array_equal(np.asarray(back.model(tokens)), np.asarray(model(tokens)))
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    ({"qk_norm": False}, r"as model_type='llama', .*num_experts=4 \(reads back as 0\)"),
+    ({"router": "topk_softmax"}, r"router='topk_softmax' \(reads back as 'softmax_topk'\)"),
+    ({"shared_expert_mlp_dim": 8}, r"shared_expert_mlp_dim=8 \(reads back as 0\)"),
+])
+def test_moe_settings_qwen3_moe_cannot_hold_are_refused(kwargs, message, tmp_path):
+    model = Transformer(TransformerConfig(**{**MOE, **kwargs}), rngs=nnx.Rngs(0))
+    with pytest.raises(ValueError, match=r"^cannot export this model as a transformers "
+                                         r"checkpoint: .*" + message):
+        save(model, tmp_path / "out")
