@@ -1,5 +1,5 @@
-"""Qwen3-MoE from safetensors (tests/data/pretrained/tiny/qwen3_moe, written by
-scripts/make_moe_golden_tiny.py with transformers 5.25): the config read (sparse and dense
+"""Qwen3-MoE and Mixtral from safetensors (tests/data/pretrained/tiny/{qwen3_moe,mixtral},
+written by scripts/make_moe_golden_tiny.py with transformers 5.25): the config read (sparse and dense
 layers, the router), transformers' greedy tokens through the cache, the export's per-expert
 tensor names, a MoE model made here exported as Qwen3-MoE (and what it cannot hold refused),
 and the errors naming the file and the tensor for a missing expert, an expert of
@@ -39,10 +39,19 @@ def test_config_reads_the_sparse_layers_and_the_router(lm):
     assert lm.model.layers[0].mlp.gate[...].shape == (4, 32, 16)
 
 
-def test_greedy_tokens_equal_transformers(lm):
-    golden = np.load(TINY / "logits.npz")
+@pytest.mark.parametrize("family", ["qwen3_moe", "mixtral"])
+def test_greedy_tokens_equal_transformers(family):
+    golden = np.load(TINY.parent / family / "logits.npz")
+    lm = pretrained.load(TINY.parent / family, attention="dense")
     got = generate(lm.model, golden["greedy_prompt"], max_new_tokens=16)
     np.testing.assert_array_equal(np.asarray(got), golden["greedy_tokens"])
+
+
+def test_mixtral_config_has_experts_in_every_layer_and_its_window():
+    cfg = pretrained.load(TINY.parent / "mixtral", attention="dense").model.config
+    assert (cfg.num_experts, cfg.experts_per_token, cfg.moe_mlp_dim, cfg.router) == (
+        4, 2, 16, "softmax_topk_norm")
+    assert cfg.moe_layers is None and cfg.sliding_window == (8, 8)
 
 
 def test_export_writes_transformers_per_expert_tensors(lm):
@@ -111,8 +120,21 @@ def test_a_moe_model_made_here_exports_as_qwen3_moe_and_reloads(tmp_path):
     np.testing.assert_array_equal(np.asarray(back.model(tokens)), np.asarray(model(tokens)))
 
 
+def test_a_moe_model_without_qk_norm_exports_as_mixtral(tmp_path):
+    model = Transformer(TransformerConfig(**{**MOE, "qk_norm": False, "mlp_dim": 8}),
+                        rngs=nnx.Rngs(0))
+    save(model, tmp_path / "out")
+    config = json.loads((tmp_path / "out" / "config.json").read_text())
+    assert (config["model_type"], config["num_local_experts"]) == ("mixtral", 4)
+    back = pretrained.load(tmp_path / "out", attention="dense")
+    tokens = jnp.arange(12, dtype=jnp.int32).reshape(2, 6)
+    np.testing.assert_array_equal(np.asarray(back.model(tokens)), np.asarray(model(tokens)))
+
+
 @pytest.mark.parametrize("kwargs,message", [
-    ({"qk_norm": False}, r"as model_type='llama', .*num_experts=4 \(reads back as 0\)"),
+    ({"qk_norm": False, "moe_layers": (1,)},
+     r"as model_type='llama', .*num_experts=4 \(reads back as 0\)"),
+    ({"qk_norm": False}, r"as model_type='mixtral', .*mlp_dim=32 \(reads back as 8\)"),
     ({"router": "topk_softmax"}, r"router='topk_softmax' \(reads back as 'softmax_topk'\)"),
     ({"shared_expert_mlp_dim": 8}, r"shared_expert_mlp_dim=8 \(reads back as 0\)"),
 ])
