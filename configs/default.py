@@ -35,6 +35,8 @@ LOGICAL_AXIS_RULES = (
     ("kv", None),
     ("mlp", "tensor"),
     ("table", None),
+    ("expert", None),  # a MoE's experts (stacked weights are still split over embed -> fsdp);
+    # map it to an axis embed and mlp do not use (e.g. "data") for expert parallelism
 )
 
 

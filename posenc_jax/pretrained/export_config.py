@@ -38,7 +38,9 @@ HF_ROPE_TYPES = ("default", "linear", "dynamic", "yarn", "longrope", "llama3")
 # scan_layers -- say how to run the model, not what it computes).
 _SAME = ("vocab_size", "num_layers", "embed_dim", "num_heads", "mlp_dim", "num_kv_heads",
          "head_dim", "mlp_activation", "causal", "tie_embeddings", "norm_eps", "qkv_bias",
-         "qk_norm", "post_norms", "sliding_window", "final_logit_softcap")
+         "qk_norm", "post_norms", "sliding_window", "final_logit_softcap", "num_experts",
+         "experts_per_token", "moe_mlp_dim", "router", "router_bias", "expert_bias",
+         "shared_expert_mlp_dim", "moe_layers")
 
 
 def _refuse(part: str, why: str) -> ValueError:
@@ -212,6 +214,8 @@ def _draft(cfg: TransformerConfig, family: Family, base: Mapping[str, Any]) -> d
     for key in ("bos_token_id", "eos_token_id", "pad_token_id", "max_position_embeddings"):
         if base.get(key) is not None:
             out[key] = base[key]
+    if family.moe_export is not None:
+        out.update(family.moe_export(cfg))
     if family.gemma:  # a RoPE per layer type
         out["layer_types"], out["rope_parameters"] = _layer_ropes(cfg)
         scalar = cfg.query_pre_attn_scalar or cfg.head_dim  # transformers wants an int

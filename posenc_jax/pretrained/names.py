@@ -92,6 +92,8 @@ def _expand(row: Row, i: int | None, shapes: dict) -> Target | None:
     paths = [tuple(i if k == "{i}" else k for k in p) for p in row.paths]
     if not all(p in shapes for p in paths):
         return None
+    if row.layout.ndim is not None and any(len(shapes[p]) != row.layout.ndim for p in paths):
+        return None  # e.g. a dense MLP row and a MoE layer's stacked param of the same name
     parts, start = [], 0
     for path in paths:
         hf = row.layout.hf_shape(shapes[path])

@@ -82,7 +82,10 @@ class Family:
     the RoPE dict an export also writes at the top of config.json, where the class reads them
     first (Phi-3's original_max_position_embeddings);
     claims: fn(TransformerConfig) -> bool, whether an export without a named family picks this
-    one (asked in the registry's order), None: only when named."""
+    one (asked in the registry's order), None: only when named;
+    moe: fn(flat config.json dict) -> the TransformerConfig MoE kwargs (num_experts, router,
+    moe_layers, ...; `posenc_jax.model.moe`), None for a dense family; moe_export: fn(
+    TransformerConfig) -> the config.json keys that read back as those kwargs."""
 
     model_type: str
     defaults: Mapping[str, Any]
@@ -101,6 +104,8 @@ class Family:
     rope_top_level: tuple[str, ...] = ()
     gguf: GGUF | None = None
     claims: Callable[[Any], bool] | None = None
+    moe: Callable[[Mapping[str, Any]], dict] | None = None
+    moe_export: Callable[[Any], dict] | None = None
 
     @property
     def norm_offset(self) -> float:

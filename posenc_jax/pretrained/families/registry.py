@@ -2,7 +2,8 @@
 
 `FAMILIES` is in the order errors list them; `CHOICE` is the order in which an export asks
 `Family.claims` when no family is named (the most specific first: Gemma 3's post-norms, Gemma's
-sqrt(E) embeddings, Qwen2's qkv bias, Qwen3's QK-norm, Mistral's window, else Llama); a family
+sqrt(E) embeddings, Qwen2's qkv bias, Qwen3-MoE's QK-norm with experts, Qwen3's QK-norm,
+Mixtral's experts in every layer, Mistral's window, else Llama); a family
 whose `claims` is None is exported only when named (Phi-3).
 """
 
@@ -11,16 +12,27 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from posenc_jax.pretrained.families import gemma, gemma3, llama, mistral, phi3, qwen2, qwen3
+from posenc_jax.pretrained.families import (
+    gemma,
+    gemma3,
+    llama,
+    mistral,
+    mixtral,
+    phi3,
+    qwen2,
+    qwen3,
+    qwen3_moe,
+)
 from posenc_jax.pretrained.families.record import Family
 
 __all__ = ["CHOICE", "FAMILIES", "by_model_type", "claimed", "for_gguf", "gguf_archs",
            "model_types"]
 
 FAMILIES: tuple[Family, ...] = (llama.FAMILY, mistral.FAMILY, qwen2.FAMILY, qwen3.FAMILY,
-                                gemma.FAMILY, gemma3.FAMILY, phi3.FAMILY)
-CHOICE: tuple[Family, ...] = (gemma3.FAMILY, gemma.FAMILY, qwen2.FAMILY, qwen3.FAMILY,
-                              mistral.FAMILY, llama.FAMILY)
+                                gemma.FAMILY, gemma3.FAMILY, phi3.FAMILY, qwen3_moe.FAMILY,
+                                mixtral.FAMILY)
+CHOICE: tuple[Family, ...] = (gemma3.FAMILY, gemma.FAMILY, qwen2.FAMILY, qwen3_moe.FAMILY,
+                              qwen3.FAMILY, mixtral.FAMILY, mistral.FAMILY, llama.FAMILY)
 
 
 def model_types() -> tuple[str, ...]:
