@@ -12,6 +12,9 @@ Keys:
                      'all': every registered encoding, those in `encoding_order` first
   encoding_order     the order of 'all' (names not registered are skipped)
   encodings_excluded registered names that 'all' leaves out
+  variants           <name>: {encoding, model}: entries beside the encodings, each an encoding
+                     trained with other attention settings (TransformerConfig fields; lengths
+                     may be written over L): see `train.study.entries`
   seeds              comma-separated train seeds ('0,1,2'; '': train.seed): every model once
                      per seed (names get '.s<seed>' except train.seed's); the
                      tables show the median and min-max, the figures min-max bars
@@ -25,7 +28,11 @@ Keys:
                      num_examples, finetune_steps: see `train.study.extension`
   claims             <label>: the seed chapter's "supported length" claim, shown beside ours
   scalings           RoPE scaling methods evaluated past L: linear, ntk, dynamic, yarn,
-                     llama3, longrope ('' for none); factor = eval_len / L
+                     llama3, longrope (the NTK rule's factors), longrope-searched (factors
+                     searched per model and length: `train.study.searched`) ('' for none);
+                     factor = eval_len / L
+  longrope_search    the searched method's search: generations, population, parents,
+                     mutations, crossovers, rate, seed, tokens, split, starts
   scaling_overrides  <method>: keys replacing the method's stretch rule (its record in
                      `posenc_jax.encodings.rope_scaling`; `train.engine.scalings`)
   eval_lengths       comma-separated ints or multiples of L ('L/2', 'L', '4L')
@@ -53,7 +60,21 @@ def get_config():
     config = ml_collections.ConfigDict()
     config.encodings = "all"
     config.encoding_order = ("sinusoidal,learned,rope,alibi,t5,shaw,nope,kerple,sandwich,fire,"
-                             "xpos,cope")
+                             "xpos,cope,rope-window-sinks,rope-chunk-nope")
+    # Issue 31's attention, at the study's scale. gpt-oss: RoPE with a sliding window (L/2)
+    # and a learned sink logit per head in every softmax denominator. Llama 4: chunked RoPE
+    # attention (chunks of L/2) then a global NoPE layer whose queries are scaled by the
+    # temperature log(floor((p + 1) / floor_scale) + 1) * attn_scale + 1; Llama 4 has one
+    # NoPE layer in four and floor_scale = its chunk (8192): here one of the study's two
+    # layers, and floor_scale = the chunk, L/2, so the temperature acts at these lengths
+    # (1 below L/2, 1.11 at L, 1.35 at 16L). Llama 4's QK L2-norm on the chunked layers is
+    # left out: one change at a time against `rope` and `nope`.
+    config.variants = ml_collections.ConfigDict({
+        "rope-window-sinks": {"encoding": "rope", "model": {
+            "sliding_window": "L/2", "attention_sinks": True}},
+        "rope-chunk-nope": {"encoding": "rope", "model": {
+            "layer_pattern": [{"chunk": "L/2"}, {"encoding": "nope", "temperature": True}],
+            "attn_temperature": {"floor_scale": "L/2", "attn_scale": 0.1}}}})
     # M-RoPE on text-only positions is RoPE (all sections get the same position); it would
     # also double the fine-tunes. Name it in --config.encodings to study it.
     config.encodings_excluded = "mrope"
@@ -71,7 +92,12 @@ def get_config():
         "rope+linear": "2-4x, fine-tuning recommended",
         "rope+ntk": "4-8x, fine-tuning recommended",
         "rope+yarn": "8-16x, fine-tuning recommended"})
-    config.scalings = "linear,ntk,dynamic,yarn,llama3,longrope"
+    config.scalings = "linear,ntk,dynamic,yarn,llama3,longrope,longrope-searched"
+    # LongRoPE's search per model and eval length past L, small: 8 + 2 x 8 = 24 evaluations
+    # (each compiles once) on 2,048 validation bytes (the paper: 64 + 40 x 32).
+    config.longrope_search = ml_collections.ConfigDict({
+        "generations": 2, "population": 8, "parents": 4, "mutations": 4, "crossovers": 4,
+        "rate": 0.3, "seed": 0, "tokens": 2048, "split": "validation", "starts": ""})
     config.scaling_overrides = ml_collections.ConfigDict()
     config.eval_lengths = "L/2,L,2L,4L,8L,16L"
     config.eval_num_tokens = 32768

@@ -1,5 +1,10 @@
 """A tiny study for tests: two encodings, a few steps on 40 stdlib files, two eval lengths; RoPE
-fine-tuned at 2L with YaRN; passkey models (a few steps) scored at L, 2L."""
+fine-tuned at 2L with YaRN; passkey models (a few steps) scored at L, 2L. Its variants
+(configs/study.py's rope-window-sinks and rope-chunk-nope, windows and chunks of L/2 = 12) and
+its `longrope-searched` search (5 evaluations: population 3, one generation of 2) are what
+tests/study/test_study_entries.py runs (`--config.encodings=rope-window-sinks,rope-chunk-nope
+--config.scalings=longrope-searched --config.train.model.num_layers=2`: the chunk
+variant has one chunked and one NoPE layer)."""
 
 from configs import study
 
@@ -18,5 +23,7 @@ def get_config():
     config.eval_num_tokens = 288
     config.eval_batch_tokens = 192
     config.estimate_compile_s = 1.0
+    config.longrope_search.update(generations=1, population=3, parents=2, mutations=1,
+                                  crossovers=1, tokens=96)
     study.shrink_train_for_tests(config.train, seq_len=24)
     return config

@@ -68,14 +68,22 @@ def test_default_config_plans_the_full_study(data_dir, load_config):
     import posenc_jax
 
     assert plan.encodings[:7] == ("sinusoidal", "learned", "rope", "alibi", "t5", "shaw", "nope")
-    assert set(plan.encodings) == set(posenc_jax.names()) - {"mrope"}  # 'all' but excluded
+    variants = {"rope-window-sinks", "rope-chunk-nope"}  # config.variants: entries too
+    assert set(plan.encodings) == set(posenc_jax.names()) - {"mrope"} | variants
     assert plan.eval_lens == (32, 64, 128, 256, 512, 1024) and plan.seeds == (0,)
     n, scaled = len(plan.encodings), _scaled(plan)
     evals, keys = plan.of_kind("eval"), plan.of_kind("passkey")
     tunes = plan.of_kind("finetune")
     lm_tunes = [j for j in tunes if ".passkey" not in j.model]
-    # 6 zero-shot methods x 4 lengths past L per scaled encoding, 6 lengths per fine-tune
-    assert len(evals) == n * 6 + scaled * 6 * 4 + len(lm_tunes) * 6
+    # 7 zero-shot methods (6 rules, and the searched one on perplexity models only, after
+    # its search) x 4 lengths past L per scaled encoding, 6 lengths per fine-tune
+    assert len(evals) == n * 6 + scaled * 7 * 4 + len(lm_tunes) * 6
+    searches = plan.of_kind("longrope_search")
+    assert len(searches) == scaled * 4 and {j.target_len for j in searches} == {128, 256, 512,
+                                                                               1024}
+    for job in (j for j in evals if j.search):
+        assert plan.jobs.index(job) == plan.jobs.index(
+            next(s for s in searches if s.name == job.search[0])) + 1  # right after it
     assert len(keys) == n * 4 + scaled * 6 * 3 + (len(tunes) - len(lm_tunes)) * 4
     assert sum(1 for i in evals if "max_len" in i.note) == 4  # learned at 128 .. 1024
     assert sum(1 for i in keys if "max_len" in i.note) == 3  # learned at 128 .. 512
@@ -166,7 +174,8 @@ def test_the_plan_is_a_pure_function_of_the_config(monkeypatch, tmp_path, file_e
     assert a.jobs == b.jobs and hash(a.jobs) == hash(b.jobs)
     n, scaled = len(a.encodings), _scaled(a)
     assert [j.kind for j in a.jobs].count("train") == 2 * n
-    assert len(a.jobs) == sum(len(a.of_kind(k)) for k in ("train", "finetune", "eval", "passkey"))
+    assert len(a.jobs) == sum(len(a.of_kind(k)) for k in ("train", "finetune", "eval", "passkey",
+                                                          "longrope_search"))
     assert 0 < len(a.of_kind("finetune")) <= 12 * scaled
     assert len({j.name for j in a.jobs}) == len(a.jobs)  # every job has its own result file
     assert config.to_dict() == before  # the config is not changed

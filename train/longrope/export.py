@@ -60,35 +60,34 @@ def rope_scaling(candidate: Candidate, *, step: float, original_max_position_emb
                         original_max_position_embeddings=original_max_position_embeddings)
 
 
+def _map_encodings(config: TransformerConfig, fn) -> TransformerConfig:
+    """`config` with the kwargs of every encoding it names replaced by `fn(kwargs dict,
+    built encoding)`: the model's own, each of `layer_encodings`, and each of a `layer_pattern`
+    that names encodings (the pattern then sets the layers: `layer_encodings` is dropped, as
+    the config resolves it from the pattern again)."""
+    default = fn(dict(thaw(config.encoding_kwargs) or {}), config.input_encoding)
+    layers, pattern = config.layer_encodings, config.layer_pattern
+    if layers is None:
+        return dataclasses.replace(config, encoding_kwargs=default)
+    new = [(name, fn(dict(thaw(kw) or {}), config.layer_encoding(i)))
+           for i, (name, kw) in enumerate(layers)]
+    if pattern and any("encoding" in dict(e) for e in pattern):
+        entries = [{**thaw(e), **({"encoding": new[j]} if "encoding" in dict(e) else {})}
+                   for j, e in enumerate(pattern)]
+        return dataclasses.replace(config, encoding_kwargs=default, layer_encodings=None,
+                                   layer_pattern=entries)
+    return dataclasses.replace(config, encoding_kwargs=default, layer_encodings=new)
+
+
 def with_start(config: TransformerConfig, start: int) -> TransformerConfig:
     """`config` whose scaled RoPE encodings keep positions < `start` at the original rotation
     (`unscaled_start`); encodings without a scaling dict are left as they are."""
     start = integer("start", start, minimum=0)
-
-    def entry(name: str, kwargs: Any) -> tuple[str, dict[str, Any]]:
-        kw = dict(thaw(kwargs) or {})
-        if kw.get("scaling") is not None:
-            kw["unscaled_start"] = start
-        return name, kw
-
-    layers = config.layer_encodings
-    return dataclasses.replace(
-        config, encoding_kwargs=entry(config.encoding, config.encoding_kwargs)[1],
-        layer_encodings=None if layers is None else [entry(*e) for e in layers])
+    return _map_encodings(config, lambda kw, _: {**kw, "unscaled_start": start}
+                          if kw.get("scaling") is not None else kw)
 
 
 def with_scaling(config: TransformerConfig, scaling: dict[str, Any]) -> TransformerConfig:
     """`config` whose RoPE encodings (every layer's, for a model of ours) take `scaling`."""
-
-    def entry(name: str, kwargs: Any, encoding) -> dict[str, Any]:
-        kw = dict(thaw(kwargs) or {})
-        if isinstance(encoding, RoPE):
-            kw["scaling"] = dict(scaling)
-        return kw
-
-    layers = config.layer_encodings
-    if layers is None:
-        kwargs = entry(config.encoding, config.encoding_kwargs, config.layer_encoding(0))
-        return dataclasses.replace(config, encoding_kwargs=kwargs)
-    return dataclasses.replace(config, layer_encodings=[
-        (name, entry(name, kw, config.layer_encoding(i))) for i, (name, kw) in enumerate(layers)])
+    return _map_encodings(config, lambda kw, enc: {**kw, "scaling": dict(scaling)}
+                          if isinstance(enc, RoPE) else kw)

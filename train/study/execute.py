@@ -13,6 +13,8 @@ every eval length fits the memory budget on this mesh, and that the eval split i
   train  `train.trainer.train_and_evaluate` in workdir/<model>/, so an interrupted training
          resumes from its checkpoint; done when the marker file (`files.MARKER`) has the
          fingerprint and the checkpoint is at the final step (`STORED`).
+  longrope_search   the searched method's search (`train.study.searched`), resumable per
+         generation; its result is stored like an evaluation's row.
   eval   the first `eval_num_tokens` targets of `eval_split` in non-overlapping windows of
          `eval_len` (`data.eval_batches`: the same tokens for every length and encoding, each
          window starting without context), on the trained params rebuilt with the job's
@@ -38,7 +40,7 @@ from train import checkpoint, data, evaluation, finetune, passkey_eval, sharding
 from train.datasets import passkey
 from train.engine.store import read_json, write_json
 from train.runtime import Runtime
-from train.study import extension, files
+from train.study import extension, files, searched
 from train.study.jobs import EvalJob, FinetuneJob, PasskeyJob, TrainJob, config_diff, train_identity
 from train.study.plan import Plan, eval_attention
 
@@ -134,6 +136,14 @@ def prepare(plan: Plan, runtime: Runtime | None = None) -> Context:
     ds = first.dataset
     corpus = data.corpus_identity(ds.data_dir, name=ds.name, **ds.kwargs.to_dict())
     corpus["eval_split_tokens"] = len(stream)
+    searches = plan.of_kind(searched.SearchJob.kind)
+    if searches:
+        s = searched.settings(plan.config)
+        have = len(runtime.stream(first.dataset, s.split))
+        need = max(max(1, s.tokens // j.target_len) * j.target_len for j in searches)
+        if have < need:
+            raise ValueError(f"config.longrope_search.split={s.split!r} has {have} tokens; the "
+                             f"searches need {need} (config.longrope_search.tokens={s.tokens})")
     return Context(plan=plan, runtime=runtime, workdir=workdir, mesh=mesh, batch_shards=shards,
                    eval_stream=stream, corpus=corpus)
 
@@ -202,7 +212,12 @@ def run_eval(ctx: Context, job: EvalJob) -> dict:
     else:
         start = time.perf_counter()
         config = ctx.plan.train_configs[job.model]
-        setup = ctx.runtime.setup(config, ctx.mesh, model_overrides=thaw(job.overrides) or {})
+        overrides = dict(thaw(job.overrides) or {})
+        if job.search:  # the searched method: the factors its search found
+            overrides["encoding_kwargs"] = searched.encoding_kwargs(
+                ctx.workdir, dict(config.model.encoding_kwargs.to_dict()), tuple(job.search),
+                train_len=job.train_len, target_len=job.eval_len)
+        setup = ctx.runtime.setup(config, ctx.mesh, model_overrides=overrides)
         result = evaluation.evaluate_params(
             setup.graphdef, _params(ctx, job.model), ctx.eval_stream, seq_len=job.eval_len,
             num_tokens=ctx.plan.eval_num_tokens, mesh=ctx.mesh, rules=setup.rules,
@@ -235,6 +250,11 @@ def run_passkey(ctx: Context, job: PasskeyJob) -> dict:
     return row
 
 
+def run_search(ctx: Context, job: searched.SearchJob) -> dict:
+    """The LongRoPE search of the job's model at its target length (`train.study.searched`)."""
+    return searched.run_search(ctx, job, params=_params(ctx, job.model))
+
+
 RUNNERS = {TrainJob.kind: run_train, FinetuneJob.kind: run_train, EvalJob.kind: run_eval,
-           PasskeyJob.kind: run_passkey}
+           PasskeyJob.kind: run_passkey, searched.SearchJob.kind: run_search}
 STORED = {TrainJob.kind: train_done, FinetuneJob.kind: train_done}

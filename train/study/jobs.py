@@ -103,7 +103,8 @@ class FinetuneJob(TrainJob):
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class EvalJob(Job):
     """Evaluate the trained `model` at `eval_len`, rebuilt with `overrides` (a frozen dict of
-    TransformerConfig fields: a scaled encoding, the eval attention); `note` means n/a.
+    TransformerConfig fields: a scaled encoding, the eval attention); `note` means n/a;
+    `search`: the searched method's factors come from that job's result at run time.
     `finetune_steps`, `finetune_len`: how `model` was fine-tuned (0, 0: it was not)."""
 
     kind: ClassVar[str] = "eval"
@@ -116,6 +117,7 @@ class EvalJob(Job):
     finetune_len: int = 0
     overrides: Any = ()
     note: str = ""
+    search: tuple = ()   # (name, fingerprint) of the search whose factors it evaluates
 
     @property
     def name(self) -> str:

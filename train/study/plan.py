@@ -33,7 +33,7 @@ from train.engine.flops import dense_forward_flops_per_token as flops_per_token
 from train.engine.flops import train_flops
 from train.engine.scalings import NO_SCALING
 from train.engine.store import fingerprint
-from train.study import extension
+from train.study import entries, extension, searched
 from train.study.jobs import EvalJob, Job, PasskeyJob, TrainJob, train_fingerprint
 
 #: What `config.eval_attention` may name: "" (as trained) or a backend that lowers everywhere.
@@ -79,17 +79,9 @@ def parse_lengths(spec: Any, *, train_len: int) -> tuple[int, ...]:
 
 
 def encoding_names(config) -> tuple[str, ...]:
-    """config.encodings as names; 'all' is every registered encoding but those in
-    config.encodings_excluded, those named in config.encoding_order first (in that order),
-    then the rest alphabetically."""
-    registered = posenc_jax.names()
-    if isinstance(config.encodings, str) and config.encodings.strip() == "all":
-        order = [n.strip() for n in str(config.get("encoding_order") or "").split(",")]
-        skip = set(names.names(config.get("encodings_excluded") or "",
-                               key="config.encodings_excluded", valid=registered))
-        first = [n for n in order if n in registered and n not in skip]
-        return tuple(first + sorted(set(registered) - set(first) - skip))
-    return names.names(config.encodings, key="config.encodings", valid=registered)
+    """config.encodings as entry names: registered encodings and `config.variants`
+    (`train.study.entries.entry_names`)."""
+    return entries.entry_names(config)
 
 
 def parse_seeds(value: Any, *, default: int) -> tuple[int, ...]:
@@ -109,17 +101,23 @@ def model_name(encoding: str, seed: int, base_seed: int) -> str:
     return encoding if seed == base_seed else f"{encoding}.s{seed}"
 
 
-def train_config(config, encoding: str, train_len: int, *, seed: int | None = None):
-    """`config.train` for one encoding: its kwargs from config.encoding_kwargs, the kwargs named
-    in config.length_kwargs defaulting to L, no evaluation inside the trainer."""
+def train_config(config, name: str, train_len: int, *, seed: int | None = None):
+    """`config.train` for one entry (`train.study.entries`: an encoding, or a variant whose
+    model keys replace config.train.model's): its kwargs from config.encoding_kwargs (by the
+    entry's name, else its encoding's), the kwargs named in config.length_kwargs defaulting
+    to L, no evaluation inside the trainer."""
+    entry = entries.entry(config, name, train_len=train_len)
     cfg = copy.deepcopy(config.train)
-    kwargs = dict(config.encoding_kwargs.get(encoding, None) or {})
-    at_length = (config.get("length_kwargs") or {}).get(encoding, None) or ""
+    kw = config.encoding_kwargs
+    kwargs = dict(kw.get(name, None) or kw.get(entry.encoding, None) or {})
+    at_length = (config.get("length_kwargs") or {}).get(entry.encoding, None) or ""
     for key in (k.strip() for k in at_length.split(",") if k.strip()):
         kwargs.setdefault(key, train_len)
     with cfg.unlocked():
-        cfg.model.encoding = encoding
+        cfg.model.encoding = entry.encoding
         cfg.model.encoding_kwargs = ml_collections.ConfigDict(kwargs)
+        for key, value in entry.overrides.items():
+            cfg.model[key] = value
         if seed is not None:
             cfg.seed = int(seed)
         cfg.eval.lengths = ()
@@ -167,28 +165,35 @@ class Scoring:
     extra: Mapping[str, Any]
     windows: int = 0          # passkey: documents per length; 0: num_tokens // n windows
     num_tokens: int = 0
+    searchable: bool = False  # the searched method applies (a perplexity fitness exists)
 
     def tokens(self, n: int) -> int:
         return self.windows * n if self.windows else self.num_tokens
 
 
 def eval_jobs(config, model: str, cfg, mc: TransformerConfig, *, train_fp: str, lengths,
-              scaling_names, scoring: Scoring, seed: int, train_len: int,
-              tuned: tuple[str, int, int] | None = None) -> list[EvalJob]:
-    """Every evaluation of one model: plain at each length, then each scaling past L (the
-    pretraining length `train_len`). A fine-tuned model (`tuned` = (scaling, steps, length))
-    is evaluated only as it was tuned."""
+              scaling_names, scoring: Scoring, seed: int, train_len: int, entry: str = "",
+              tuned: tuple[str, int, int] | None = None) -> list[Job]:
+    """Every evaluation of one model of the entry `entry` (results' `encoding`; default the
+    model's encoding): plain at each length, then each scaling past L (the pretraining length
+    `train_len`); the searched method's evaluations each follow their search
+    (`train.study.searched`; perplexity scorings only). A fine-tuned model (`tuned` =
+    (scaling, steps, length)) is evaluated only as it was tuned."""
     max_pos = mc.max_positions
     scaling, steps, ft_len = tuned or (NO_SCALING, 0, 0)
-    common = {"model": model, "encoding": cfg.model.encoding, "seed": seed,
+    common = {"model": model, "encoding": entry or cfg.model.encoding, "seed": seed,
               "finetune_steps": steps, "finetune_len": ft_len, **scoring.extra}
     base = _eval_overrides(config, mc)
     jobs = []
 
-    def add(n, kwargs, note, method):
-        key = {"train": train_fp, "len": n, "scaling": kwargs, "note": note, **scoring.key}
+    def add(n, kwargs, note, method, search=None):
+        key = {"train": train_fp, "len": n, "scaling": kwargs, "note": note, **scoring.key,
+               **({"search": search.fingerprint} if search else {})}
+        if search:
+            jobs.append(search)
         jobs.append(scoring.job(**common, scaling=method, eval_len=n, note=note,
                                 train_len=train_len,
+                                search=(search.name, search.fingerprint) if search else (),
                                 overrides=freeze({**base, **({"encoding_kwargs": kwargs}
                                                              if kwargs else {})}),
                                 fingerprint=fingerprint(key),
@@ -206,6 +211,12 @@ def eval_jobs(config, model: str, cfg, mc: TransformerConfig, *, train_fp: str, 
     rotary_dim = mc.layer_encoding(0).rotary_dim
     base_kwargs = dict(cfg.model.encoding_kwargs.to_dict())
     for method in scaling_names:
+        if method == searched.SEARCHED:
+            for n in (n for n in lengths if n > train_len and scoring.searchable):
+                add(n, None, "", method, search=searched.plan_search(
+                    config, model=model, train_fp=train_fp, mc=mc, train_len=train_len,
+                    target_len=n))
+            continue
         over = dict((config.get("scaling_overrides") or {}).get(method, None) or {})
         for n in (n for n in lengths if n > train_len):
             sc = scalings.scaling_config(method, factor=n / train_len, train_len=train_len,
@@ -225,7 +236,9 @@ def make_plan(config, workdir: str) -> Plan:
         raise ValueError(f"config.encodings={config.encodings!r} names no encoding; valid "
                          f"names are: {', '.join(posenc_jax.names())}")
     scaling_names = names.names(config.scalings, key="config.scalings",
-                                valid=scalings.methods())
+                                valid=searched.methods())
+    if searched.SEARCHED in scaling_names:
+        searched.settings(config)  # its errors before any job
     train_len = checks.positive_int("config.train.seq_len", config.train.seq_len)
     eval_lens = parse_lengths(config.eval_lengths, train_len=train_len)
     num_tokens = checks.positive_int("config.eval_num_tokens", config.eval_num_tokens)
@@ -239,20 +252,20 @@ def make_plan(config, workdir: str) -> Plan:
     seeds = parse_seeds(config.get("seeds", ""), default=config.train.seed)
     ft_steps = max(1, round(ext.ft_fraction * config.train.num_train_steps))
     lm = Scoring(job=EvalJob, key={"tokens": num_tokens, "split": config.eval_split}, extra={},
-                 num_tokens=num_tokens)
+                 num_tokens=num_tokens, searchable=True)
     pk = Scoring(job=PasskeyJob, key={"trials": ext.pk_trials, "eval_seed": ext.pk_eval_seed,
                                       "digits": extension.PASSKEY_DIGITS},
                  extra={"trials": ext.pk_trials, "eval_seed": ext.pk_eval_seed},
                  windows=ext.pk_trials)
     train_configs, model_configs, jobs = {}, {}, []
 
-    def add(job, cfg, scoring, lengths, *, tuned=None, zero_shot=scaling_names):
+    def add(job, cfg, scoring, lengths, *, entry, tuned=None, zero_shot=scaling_names):
         mc = state.transformer_config(cfg.model)
         train_configs[job.model], model_configs[job.model] = cfg, mc
         jobs.append(job)
         jobs.extend(eval_jobs(config, job.model, cfg, mc, train_fp=job.fingerprint,
                               lengths=lengths, scaling_names=zero_shot, scoring=scoring,
-                              seed=cfg.seed, train_len=train_len, tuned=tuned))
+                              seed=cfg.seed, train_len=train_len, entry=entry, tuned=tuned))
         return mc
 
     for seed in seeds:
@@ -270,12 +283,12 @@ def make_plan(config, workdir: str) -> Plan:
                 models.append((_train_job(f"{models[0][0].model}.passkey", pk_cfg, mc), pk_cfg,
                                pk, ext.pk_lengths, ext.pk_ft_steps, ext.ft_len))
             for job, base_cfg, scoring, lens, steps, max_len in models:
-                add(job, base_cfg, scoring, lens)
+                add(job, base_cfg, scoring, lens, entry=enc)
                 for name, method, ft_cfg, ft_job in extension.finetunes(
                         config, ext, model=job.model, cfg=base_cfg, mc=mc,
                         base_fp=job.fingerprint, steps=steps, max_len=max_len):
-                    add(ft_job, ft_cfg, scoring, lens, tuned=(method, steps, ext.ft_len),
-                        zero_shot=())
+                    add(ft_job, ft_cfg, scoring, lens, entry=enc,
+                        tuned=(method, steps, ext.ft_len), zero_shot=())
     return Plan(workdir=os.path.abspath(workdir), config=config, encodings=encodings,
                 scalings=scaling_names, seeds=seeds, settings=ext, train_len=train_len,
                 eval_lens=eval_lens,

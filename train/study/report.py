@@ -22,7 +22,7 @@ from train.engine import record, workers
 from train.engine.output import machine
 from train.engine.scalings import NO_SCALING
 from train.engine.store import write_text
-from train.study import aggregate, extension, figures, files, table
+from train.study import aggregate, entries, extension, figures, files, searched, table
 from train.study.jobs import EvalJob, FinetuneJob, Job, PasskeyJob, TrainJob
 from train.study.plan import Plan
 
@@ -31,7 +31,7 @@ def summary(plan: Plan, todo: Sequence[Job], *, workers: int = 1, speedup: float
             ) -> str:
     """One line: what the plan holds, what is left to do, the estimated time (one process's,
     divided by `speedup` for `workers` processes)."""
-    kinds = ("train", "finetune", "eval", "passkey")
+    kinds = ("train", "finetune", "eval", "passkey", searched.SearchJob.kind)
     left = {k: sum(1 for j in todo if j.kind == k) for k in kinds}
     total = {k: len(plan.of_kind(k)) for k in kinds}
     est = sum(plan.estimate(j) for j in todo) / speedup
@@ -93,7 +93,7 @@ def _timing_table(plan: Plan, results: Mapping[Job, Any], timings: dict) -> str:
 
 def _scaled_dicts(plan: Plan) -> list[str]:
     scaled = [j for j in plan.of_kind(EvalJob.kind)
-              if j.scaling != NO_SCALING and not j.finetune_steps]
+              if j.scaling != NO_SCALING and not j.finetune_steps and not j.search]
     if not scaled:
         return []
     n = max(j.eval_len for j in scaled)
@@ -127,7 +127,40 @@ def _method_notes(plan: Plan) -> str:
          "`dynamic` follows Hugging Face (the base grows as (s * len / L - (s - 1))^(d/(d-2)), "
          "so over a whole window of s * L it is NTK with factor s^2 - s + 1); `longrope` uses "
          "no search: NTK-aware per-dimension factors plus LongRoPE's attention factor.")]
-    return "\n".join(lines + _extension_notes(plan) + _scaled_dicts(plan))
+    return "\n".join(lines + _variant_notes(plan) + _extension_notes(plan)
+                     + _scaled_dicts(plan))
+
+
+def _variant_notes(plan: Plan) -> list[str]:
+    out = []
+    for name in (n for n in plan.encodings if n in entries.variant_names(plan.config)):
+        e = entries.entry(plan.config, name, train_len=plan.train_len)
+        out.append(f"- `{name}`: `{e.encoding}` trained and evaluated with the model keys "
+                   f"{e.overrides} (`config.variants`; lengths resolved at L = "
+                   f"{plan.train_len}); everything else as `{e.encoding}`.")
+    return out
+
+
+def search_table(results: Mapping[Job, Any]) -> str:
+    """Markdown: per search, the perplexity on the search's own tokens of its PI / NTK /
+    YaRN seeds and of the best candidate, its start count, evaluations and seconds, and the
+    found factors beside the NTK rule's (first, middle and last pair)."""
+    rows = [r for j, r in results.items() if j.kind == searched.SearchJob.kind]
+    if not rows:
+        return ""
+    out = ["| model | length | PI | NTK | YaRN | searched | start | evaluations | seconds | "
+           "factors (first, middle, last pair) | NTK rule's |", "|" + "---|" * 11]
+
+    def ends(f):
+        return ", ".join(f"{v:g}" for v in (f[0], f[len(f) // 2], f[-1]))
+
+    for r in rows:
+        seed = {k: ("—" if v is None else f"{v:.3f}") for k, v in r["seed_ppl"].items()}
+        out.append(f"| `{r['model']}` | {r['target_len']} | {seed['pi']} | {seed['ntk']} | "
+                   f"{seed['yarn']} | {r['search_ppl']:.3f} | {r['unscaled_start']} | "
+                   f"{r['evaluations']} | {r['search_seconds']:.0f} | {ends(r['long_factor'])} "
+                   f"| {ends(r['ntk_factor'])} |")
+    return "\n".join(out)
 
 
 def _extension_notes(plan: Plan) -> list[str]:
@@ -258,7 +291,17 @@ def write_all(ctx, results: Mapping[Job, Any], timings: Sequence[Mapping[str, An
         figures.passkey_figure(workdir.passkey_plot, aggregate.over_seeds(passkey_rows, "accuracy"),
                                train_len=plan.train_len, order=order, note=seeds)
     corpus_text = json.dumps(ctx.corpus, indent=1, sort_keys=True, default=str)
+    found = search_table(results)
+    s = searched.settings(plan.config)
     sections = {
+        **({"LongRoPE search": (
+            f"`longrope-searched` rows: LongRoPE's evolutionary search per model and length "
+            f"(`train.study.searched`: population {s.search.population}, parents "
+            f"{s.search.parents}, {s.search.mutations} mutations + {s.search.crossovers} "
+            f"crossovers x {s.search.generations} generations, seed {s.search.seed}), scored by "
+            f"the model's perplexity on {s.tokens} bytes of the `{s.split}` split at that "
+            f"length (never the test split the tables score). Perplexity of each seed and of "
+            f"the best candidate on those bytes:\n\n" + found)} if found else {}),
         "How it was measured": _method_notes(plan),
         "Timings": _timing_table(plan, results, timings),
         "Machine": machine(),
