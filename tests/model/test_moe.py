@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from posenc_jax.model import moe
+from posenc_jax.model import lora, moe
 from posenc_jax.model.kv_cache import init_cache
 from posenc_jax.model.mlp import SWIGLU_ALPHA, SWIGLU_LIMIT
 from posenc_jax.model.transformer import Transformer, TransformerConfig, complete_rules
@@ -224,3 +224,17 @@ def test_experts_sharded_over_a_mesh_axis_equal_one_device(model):
         got = jax.jit(jax.value_and_grad(loss))(sharded, TOKENS)
     for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_lora_adapts_each_expert_on_its_own(model):
+    params = nnx.to_pure_dict(nnx.state(model, nnx.Param))
+    adapters = lora.init(params, rank=2, targets=("up",), key=jax.random.key(0))
+    ab = adapters["layers"][1]["mlp"]["up"]
+    assert ab["a"].shape == (4, 16, 2) and ab["b"].shape == (4, 2, 8)
+    assert adapters["layers"][0]["mlp"]["up"]["a"].shape == (16, 2)   # the dense layer
+    ab["b"] = jax.random.normal(jax.random.key(1), ab["b"].shape)
+    merged = lora.merge(params, adapters, rank=2, alpha=4.0)["layers"][1]["mlp"]["up"]
+    w = params["layers"][1]["mlp"]["up"]
+    for x in range(4):
+        np.testing.assert_allclose(merged[x], w[x] + 2.0 * ab["a"][x] @ ab["b"][x], rtol=1e-5,
+                                   atol=1e-6)
