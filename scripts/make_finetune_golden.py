@@ -6,12 +6,12 @@ repository root:
     /work/goldenvenv/bin/python scripts/make_finetune_golden.py --python /work/main/.venv/bin/python
 
 It runs scripts/finetune_golden_run.py's fine-tune (`python -m train` with
-configs/extend_finetune.py on SmolLM2 with YaRN x2, two LoRA steps at 1,024 tokens) and its
+configs/extend_finetune.py on SmolLM2 with YaRN x2, two LoRA steps at 256 tokens) and its
 export (`python -m train.export`) with the project's Python, then loads the export with
 `AutoModelForCausalLM.from_pretrained(dir, dtype=torch.float32)` and records:
 
     golden.npz   logits [1, N, 1024] (the first 1,024 vocab columns), max [1, N] and
-                 argmax [1, N] over the whole vocabulary, for N = 1,100 fixed token ids
+                 argmax [1, N] over the whole vocabulary, for N = 320 fixed token ids
     golden.json  the export's config.json, the run's losses, the versions
 
 tests/train/test_finetune_smollm2.py runs the same fine-tune and export and compares its

@@ -20,11 +20,15 @@ export POSENC_PRETRAINED_DIR="${POSENC_PRETRAINED_DIR:-$root/.pretrained}"
 if [ "$quick" = 0 ] && [ "${POSENC_PRETRAINED_FETCH:-1}" != 0 ]; then
   bash "$root/scripts/fetch_pretrained.sh" "$POSENC_PRETRAINED_DIR"
 fi
-# Two workers (pytest-xdist): the suite is ~1,500 tests, and CI's machine has 2 cores.
-# PYTEST_WORKERS=0 runs everything in this one process.
+# Two workers (pytest-xdist): the suite is ~1,900 tests, and CI's machine has 2 cores.
+# Whole files go to a worker (loadfile), the slowest first (FIRST in tests/conftest.py: a
+# module's fixtures are built once, and no long file starts last). PYTEST_WORKERS=0 runs
+# everything in this one process.
+dist=()
+if [ "${PYTEST_WORKERS:-2}" != 0 ]; then dist=(--dist loadfile --no-loadscope-reorder); fi
 if [ "$quick" = 1 ]; then
-  exec python -m pytest tests -q -n "${PYTEST_WORKERS:-2}" --durations=25 \
+  exec python -m pytest tests -q -n "${PYTEST_WORKERS:-2}" "${dist[@]}" --durations=25 \
     -m "not slow and not multiprocess" "$@"
 fi
 exec python -m pytest tests notebooks --nbmake --nbmake-timeout=120 -q \
-  -n "${PYTEST_WORKERS:-2}" --durations=25 "$@"
+  -n "${PYTEST_WORKERS:-2}" "${dist[@]}" --durations=25 "$@"

@@ -71,12 +71,41 @@ SLOW_FILES = {
 }
 
 
+# The files that take longest in one pytest worker, longest first: they run first.
+# scripts/test.sh hands whole files to the two workers (`--dist loadfile`, in this order), so a
+# module's fixtures (a real model, a finished study) are built once, not once per worker, and
+# no long file starts last while the other worker sits idle. Seconds: issue 36's notes
+# (SUITETIME_NOTES.md), cold cache, a loaded 2-core machine; a file missing here runs after
+# these in collection order. Re-sort it from a run's `--durations` when it drifts.
+FIRST = (
+    "tests/study/test_study_parallel.py",              # 255 s
+    "tests/pretrained/test_pretrained_real.py",        # ~200 s: two real models
+    "tests/model/test_kernel_faults.py",               # 227 s
+    "tests/model/test_attention.py",                   # ~220 s
+    "tests/test_benchmarks.py",                        # 156 s: eight processes
+    "tests/train/test_train_faults.py",                # 150 s
+    "tests/study/test_study_e2e.py",                   # 153 s
+    "tests/model/test_pallas.py",                      # 150 s
+    "tests/test_device_check.py",                      # 148 s: one test, six processes
+    "tests/pretrained/test_pretrained_yarn.py",        # ~110 s: SmolLM2 at 10,240 tokens
+    "tests/train/test_finetune_smollm2.py",            # one test, two processes
+)
+
+
+def _first_rank(item, root: pathlib.Path) -> int:
+    path = pathlib.Path(str(item.path))
+    rel = path.relative_to(root).as_posix() if path.is_relative_to(root) else ""
+    return FIRST.index(rel) if rel in FIRST else len(FIRST)
+
+
 @pytest.hookimpl(tryfirst=True)  # before `-m` deselects by marker
 def pytest_collection_modifyitems(config, items):
-    """SLOW_FILES' tests get the `slow` marker. Tests marked `full` (the exhaustive cases past
-    what CI's 12 minutes hold; each file says which cover the suite keeps) run only with
+    """FIRST's files go first (a stable sort: every other file keeps its place). SLOW_FILES'
+    tests get the `slow` marker. Tests marked `full` (the exhaustive cases past what CI's 12
+    minutes hold; each file says which cover the suite keeps) run only with
     POSENC_TEST_FULL=1."""
     root = pathlib.Path(__file__).resolve().parents[1]
+    items.sort(key=lambda item: _first_rank(item, root))
     for item in items:
         path = pathlib.Path(str(item.path))
         if path.is_relative_to(root) and path.relative_to(root).as_posix() in SLOW_FILES:

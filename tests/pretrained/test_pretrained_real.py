@@ -1,10 +1,13 @@
 """The two real models (GGUF, from scripts/fetch_pretrained.sh) against transformers 5.24's
 goldens (tests/data/pretrained/*.npz): float32 logits within 1e-3 at the stored positions, the
 same argmax at every position, the same 32-token greedy continuation. Each model is loaded
-once per module; skipped, with the reason, when the files are absent. SmolLM2 (one window in
-every layer) runs with `scan_layers=True`: XLA compiles one block instead of 30 (its greedy
-test 147 s -> 29 s on a loaded machine, logits unchanged to the last digit); Gemma 3's
-alternating windows keep the loop, so both paths meet real weights."""
+once per module; skipped, with the reason, when the files are absent. Both run with
+`scan_layers=True`: SmolLM2 (one window in every layer) compiles one block instead of 30 (its
+greedy test 147 s -> 29 s on a loaded machine, logits unchanged to the last digit); Gemma 3
+scans its group of five sliding layers and one global layer three times (18 layers: six
+blocks compiled, not 18; tests/model/test_scan_groups.py holds group scan == loop). The loop
+meets real weights in tests/pretrained/test_pretrained_yarn.py (SmolLM2's first 4 layers at
+10,240 tokens)."""
 
 import dataclasses
 import json
@@ -23,7 +26,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 DATA = ROOT / "tests" / "data" / "pretrained"
 DIR = pathlib.Path(os.environ.get("POSENC_PRETRAINED_DIR", ROOT / ".pretrained"))
 MODELS = {"smollm2": "SmolLM2-135M-Instruct.Q4_1.gguf", "gemma3": "gemma-3-270m-q4_k_m.gguf"}
-SCANNED = {"smollm2"}  # the models run with scan_layers=True (the docstring says why)
+SCANNED = {"smollm2", "gemma3"}  # the models run with scan_layers=True (the docstring)
 
 
 @pytest.fixture(scope="module", params=sorted(MODELS))

@@ -1,11 +1,13 @@
-"""The real SmolLM2-135M through the CLI: YaRN x2, two LoRA steps on 1,024-token windows of the
+"""The real SmolLM2-135M through the CLI: YaRN x2, two LoRA steps on 256-token windows of the
 bundled corpus read through its own tokenizer (scripts/finetune_golden_run.py), then
 `python -m train.export`; transformers loaded that export with the logits in
 tests/data/pretrained/finetune/ (scripts/make_finetune_golden.py, the throwaway golden venv),
 and so must the export read back by our loader. Needs the GGUF file ($POSENC_PRETRAINED_DIR or
-<repo>/.pretrained, `bash scripts/fetch_pretrained.sh DIR`).
+<repo>/.pretrained, `bash scripts/fetch_pretrained.sh DIR`). The export is read back with
+`scan_layers=True` (one block compiled, not 30: tests/model/test_scan.py holds scan == loop).
 """
 
+import dataclasses
 import importlib.util
 import json
 import os
@@ -59,6 +61,7 @@ def test_smollm2_yarn_finetune_cli_and_export_equal_transformers(tmp_path):
     assert config["max_position_embeddings"] == 16384 == golden["config"][
         "max_position_embeddings"]
     lm = pretrained.load(out, attention="blockwise")
+    lm.model.config = dataclasses.replace(lm.model.config, scan_layers=True)
     ids = RUN.token_ids(config["vocab_size"])
     logits = np.asarray(lm.model(jnp.asarray(ids, jnp.int32)))
     arrays = np.load(GOLDEN / "golden.npz")
