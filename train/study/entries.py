@@ -24,7 +24,7 @@ import posenc_jax
 from posenc_jax.model.config import TransformerConfig, freeze, thaw
 from train.engine import lengths, names
 
-__all__ = ["Entry", "entry", "entry_names", "variant_names"]
+__all__ = ["Entry", "entry", "entry_names", "notes", "variant_names"]
 
 #: The TransformerConfig fields a variant may not set: what the study itself decides.
 _FIXED = ("encoding", "encoding_kwargs", "vocab_size")
@@ -128,3 +128,14 @@ def entry(config, name: str, *, train_len: int) -> Entry:
                          "encoding is 'encoding')")
     return Entry(name=name, encoding=encoding,
                  model=freeze(_resolve(name, model, train_len)))
+
+
+def notes(config, names, *, train_len: int) -> list[str]:
+    """report.md's line for each variant among `names`: its encoding and model keys."""
+    out = []
+    for name in (n for n in names if n in variant_names(config)):
+        e = entry(config, name, train_len=train_len)
+        out.append(f"- `{name}`: `{e.encoding}` trained and evaluated with the model keys "
+                   f"{e.overrides} (`config.variants`; lengths resolved at L = {train_len}); "
+                   f"everything else as `{e.encoding}`.")
+    return out

@@ -126,41 +126,11 @@ def _method_notes(plan: Plan) -> str:
          "the trained params. See `train.engine.scalings.scaling_config` for every parameter; "
          "`dynamic` follows Hugging Face (the base grows as (s * len / L - (s - 1))^(d/(d-2)), "
          "so over a whole window of s * L it is NTK with factor s^2 - s + 1); `longrope` uses "
-         "no search: NTK-aware per-dimension factors plus LongRoPE's attention factor.")]
-    return "\n".join(lines + _variant_notes(plan) + _extension_notes(plan)
+         "no search: NTK-aware per-dimension factors plus LongRoPE's attention factor; "
+         "`longrope-searched`: the factors searched per model and length (LongRoPE search).")]
+    return "\n".join(lines + entries.notes(plan.config, plan.encodings, train_len=plan.train_len)
+                     + _extension_notes(plan)
                      + _scaled_dicts(plan))
-
-
-def _variant_notes(plan: Plan) -> list[str]:
-    out = []
-    for name in (n for n in plan.encodings if n in entries.variant_names(plan.config)):
-        e = entries.entry(plan.config, name, train_len=plan.train_len)
-        out.append(f"- `{name}`: `{e.encoding}` trained and evaluated with the model keys "
-                   f"{e.overrides} (`config.variants`; lengths resolved at L = "
-                   f"{plan.train_len}); everything else as `{e.encoding}`.")
-    return out
-
-
-def search_table(results: Mapping[Job, Any]) -> str:
-    """Markdown: per search, the perplexity on the search's own tokens of its PI / NTK /
-    YaRN seeds and of the best candidate, its start count, evaluations and seconds, and the
-    found factors beside the NTK rule's (first, middle and last pair)."""
-    rows = [r for j, r in results.items() if j.kind == searched.SearchJob.kind]
-    if not rows:
-        return ""
-    out = ["| model | length | PI | NTK | YaRN | searched | start | evaluations | seconds | "
-           "factors (first, middle, last pair) | NTK rule's |", "|" + "---|" * 11]
-
-    def ends(f):
-        return ", ".join(f"{v:g}" for v in (f[0], f[len(f) // 2], f[-1]))
-
-    for r in rows:
-        seed = {k: ("—" if v is None else f"{v:.3f}") for k, v in r["seed_ppl"].items()}
-        out.append(f"| `{r['model']}` | {r['target_len']} | {seed['pi']} | {seed['ntk']} | "
-                   f"{seed['yarn']} | {r['search_ppl']:.3f} | {r['unscaled_start']} | "
-                   f"{r['evaluations']} | {r['search_seconds']:.0f} | {ends(r['long_factor'])} "
-                   f"| {ends(r['ntk_factor'])} |")
-    return "\n".join(out)
 
 
 def _extension_notes(plan: Plan) -> list[str]:
@@ -291,7 +261,7 @@ def write_all(ctx, results: Mapping[Job, Any], timings: Sequence[Mapping[str, An
         figures.passkey_figure(workdir.passkey_plot, aggregate.over_seeds(passkey_rows, "accuracy"),
                                train_len=plan.train_len, order=order, note=seeds)
     corpus_text = json.dumps(ctx.corpus, indent=1, sort_keys=True, default=str)
-    found = search_table(results)
+    found = searched.search_table(results)
     s = searched.settings(plan.config)
     sections = {
         **({"LongRoPE search": (

@@ -25,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
 import ml_collections
@@ -160,3 +161,25 @@ def encoding_kwargs(workdir, base: dict[str, Any], search: tuple[str, str], *,
                                   target_length=target_len)
     return {**base, "scaling": scaling,
             "unscaled_start": integer("unscaled_start", row["unscaled_start"], minimum=0)}
+
+
+def search_table(results: Mapping[Any, dict]) -> str:
+    """Markdown: per search, the perplexity on the search's own tokens of its PI / NTK /
+    YaRN seeds and of the best candidate, its start count, evaluations and seconds, and the
+    found factors beside the NTK rule's (first, middle and last pair)."""
+    rows = [r for j, r in results.items() if j.kind == SearchJob.kind]
+    if not rows:
+        return ""
+    out = [("| model | length | PI | NTK | YaRN | searched | start | evaluations | seconds | "
+            "factors (first, middle, last pair) | NTK rule's |"), "|" + "---|" * 11]
+
+    def ends(f):
+        return ", ".join(f"{v:g}" for v in (f[0], f[len(f) // 2], f[-1]))
+
+    for r in rows:
+        seed = {k: ("—" if v is None else f"{v:.3f}") for k, v in r["seed_ppl"].items()}
+        out.append(f"| `{r['model']}` | {r['target_len']} | {seed['pi']} | {seed['ntk']} | "
+                   f"{seed['yarn']} | {r['search_ppl']:.3f} | {r['unscaled_start']} | "
+                   f"{r['evaluations']} | {r['search_seconds']:.0f} | {ends(r['long_factor'])} "
+                   f"| {ends(r['ntk_factor'])} |")
+    return "\n".join(out)
