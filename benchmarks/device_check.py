@@ -22,6 +22,7 @@ import os
 import pathlib
 import subprocess
 import sys
+import sysconfig
 import tempfile
 import time
 
@@ -35,7 +36,7 @@ FULL = {
     "train_model": {"num_layers": 24, "embed_dim": 1024, "num_heads": 8, "mlp_dim": 3328,
                     "vocab_size": 256},
     "budget": {"tests": 60, "rope": 20, "attention": 100, "train": 80, "kernel": 100,
-               "study": None, "extend_finetune": 300, "extend_4c": 250},
+               "study": None, "extend_finetune": 300, "extend_4c": 250, "longrope_2c": 300},
     "extend_steps": 200,
     "total_budget": 500,  # seconds for all sections: the study gets what is left
     "smoke": False,
@@ -47,13 +48,13 @@ SMOKE = {
     "train_model": {"num_layers": 2, "embed_dim": 32, "num_heads": 2, "mlp_dim": 64,
                     "vocab_size": 256},
     "budget": {"tests": 30, "rope": 15, "attention": 30, "train": 45, "kernel": 45,
-               "study": None, "extend_finetune": 90, "extend_4c": 90},
+               "study": None, "extend_finetune": 90, "extend_4c": 90, "longrope_2c": 60},
     "extend_steps": 3,
     "total_budget": 305,
     "pytest": [], "smoke": True,
 }
 SECTIONS = ("tests", "rope", "attention", "train", "kernel", "study", "extend_finetune",
-            "extend_4c")
+            "extend_4c", "longrope_2c")
 
 
 def run_section(name: str, shapes: dict, path: pathlib.Path, deadline: float,
@@ -104,6 +105,8 @@ def run_section(name: str, shapes: dict, path: pathlib.Path, deadline: float,
         run_extend_finetune(shapes, out, deadline, outdir)
     elif name == "extend_4c":
         run_extend_4c(shapes, out, deadline, outdir)
+    elif name == "longrope_2c":
+        run_longrope_2c(shapes, out, deadline, outdir)
 
 
 def run_extend_finetune(shapes: dict, out, deadline: float, outdir: pathlib.Path) -> None:
@@ -183,6 +186,44 @@ def run_extend_4c(shapes: dict, out, deadline: float, outdir: pathlib.Path) -> N
     out("status", "ok" if done else "incomplete: see status_2C / status_4C")
     if reports:
         out("report.md", reports.get("4C", reports.get("2C")))
+
+
+def longrope_command(outdir: pathlib.Path, *, smoke: bool) -> list[str]:
+    """`python -m train.longrope` (issue 35): LongRoPE's evolutionary search for SmolLM2 at
+    2C = 16,384 tokens on the extension study's prose (`pydoc_data/topics.py`), bfloat16,
+    a small population (each candidate compiles once: the factors are static). The smoke:
+    the tiny Llama, 64 -> 128, one generation of three."""
+    text = pathlib.Path(sysconfig.get_paths()["stdlib"]) / "pydoc_data" / "topics.py"
+    if smoke:
+        ckpt, target = ROOT / "tests/data/pretrained/tiny/llama", 128
+        search = ["--generations=1", "--population=3", "--parents=2", "--mutations=1",
+                  "--crossovers=0"]
+    else:
+        ckpt, target = ROOT / ".pretrained" / "SmolLM2-135M-Instruct.Q4_1.gguf", 16384
+        search = ["--generations=4", "--population=12", "--parents=6", "--mutations=3",
+                  "--crossovers=3", "--dtype=bfloat16", "--attention=blockwise"]
+    return [sys.executable, "-m", "train.longrope", f"--checkpoint={ckpt}",
+            f"--target_length={target}", f"--text={text}",
+            f"--workdir={outdir / 'longrope_2c'}", "--starts=0", *search]
+
+
+def run_longrope_2c(shapes: dict, out, deadline: float, outdir: pathlib.Path) -> None:
+    """The search (`longrope_command`), resumable in OUT/longrope_2c; its log lines and
+    result.json land in the section."""
+    cmd = longrope_command(outdir, smoke=shapes["smoke"])
+    out("cmd", " ".join(cmd[1:]))
+    log = outdir / "longrope_2c.log"
+    with open(log, "w") as f:
+        try:
+            p = subprocess.run(cmd, check=False, cwd=ROOT, stdout=f, stderr=subprocess.STDOUT,
+                               timeout=max(deadline - time.time(), 10))
+            out("status", "ok" if p.returncode == 0 else f"failed rc={p.returncode}")
+        except subprocess.TimeoutExpired:
+            out("status", "timed out (resumable: rerun the same command)")
+    out("tail", log.read_text(errors="replace").strip().splitlines()[-12:])
+    result = outdir / "longrope_2c" / "result.json"
+    if result.exists():
+        out("result", json.loads(result.read_text()))
 
 
 def run_study(shapes: dict, out, deadline: float, outdir: pathlib.Path) -> None:

@@ -6,7 +6,8 @@
 #   call 1, carry [".device_carry"]:  bash scripts/device_split.sh a    # first part + wheels;
 #       runs the sections that need no model file (tests, rope, attention, train, kernel)
 #   call 2, carry [".device_carry"]:  bash scripts/device_split.sh b    # second part; joins,
-#       checks the sha256 and runs extend_4c (the SmolLM2 2C table, then 4C)
+#       checks the sha256 and runs extend_4c (the SmolLM2 2C table, then 4C);
+#       DEVICE_SPLIT_B=longrope_2c runs LongRoPE's search for SmolLM2 at 2C instead
 # Each call leaves one tarball in $OUT (OUT/<step>.tgz: device_check.{json,md}, the sections'
 # JSON, the extension study's results and logs). If the machine went back between the calls,
 # step b finds no first part and says so; it does not guess. Sections: $DEVICE_SPLIT_A and

@@ -2,10 +2,10 @@
 writes a JSON with every section, each with a status, and a markdown summary; the bfloat16
 numerics of the implementations this machine has pass against float32 dense.
 
-The suite runs five of its seven sections: "kernel" is `benchmarks/kernel_device.py --smoke`,
+The suite runs seven of its nine sections: "kernel" is `benchmarks/kernel_device.py --smoke`,
 which tests/test_benchmarks.py runs, and "study" is `configs/study_ex5.py:smoke`, which
 tests/study/test_study_e2e.py::test_exercise_5_smoke_config_runs runs; here they are recorded
-as skipped (POSENC_TEST_FULL=1 runs all seven). Marked slow (five processes each start JAX)."""
+as skipped (POSENC_TEST_FULL=1 runs all nine). Marked slow (five processes each start JAX)."""
 
 import json
 import os
@@ -17,7 +17,7 @@ import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 KEYS = ("platform", "jax_version", "tests", "rope", "attention", "train", "kernel", "study",
-        "extend_finetune", "extend_4c")
+        "extend_finetune", "extend_4c", "longrope_2c")
 SKIPPED = ("kernel", "study")  # run by other tests (the docstring)
 
 
@@ -50,5 +50,9 @@ def test_device_check_smoke_writes_every_section(tmp_path):
     ext = report["extend_4c"]
     assert ext["status_2C"] == "ok" and "| yarn | " in ext["report_2C.md"], ext
     assert "| yarn | " in report["extend_4c"]["report.md"]
+    search = report["longrope_2c"]  # the tiny Llama's one-generation search, exported
+    assert search["status"] == "ok", search
+    assert search["result"]["rope_scaling"]["rope_type"] == "longrope", search["result"]
+    assert search["result"]["perplexity"] <= min(search["result"]["seeds"].values())
     md = (tmp_path / "device_check.md").read_text()
     assert md.startswith("# Device check (smoke)") and "## attention" in md
