@@ -11,14 +11,25 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from posenc_jax.pretrained.families import gemma, gemma3, llama, mistral, phi3, qwen2, qwen3
+from posenc_jax.pretrained.families import (
+    gemma,
+    gemma3,
+    gpt_oss,
+    llama,
+    llama4,
+    mistral,
+    phi3,
+    qwen2,
+    qwen3,
+)
 from posenc_jax.pretrained.families.record import Family
 
 __all__ = ["CHOICE", "FAMILIES", "by_model_type", "claimed", "for_gguf", "gguf_archs",
            "model_types"]
 
 FAMILIES: tuple[Family, ...] = (llama.FAMILY, mistral.FAMILY, qwen2.FAMILY, qwen3.FAMILY,
-                                gemma.FAMILY, gemma3.FAMILY, phi3.FAMILY)
+                                gemma.FAMILY, gemma3.FAMILY, phi3.FAMILY, gpt_oss.FAMILY,
+                                llama4.FAMILY)
 CHOICE: tuple[Family, ...] = (gemma3.FAMILY, gemma.FAMILY, qwen2.FAMILY, qwen3.FAMILY,
                               mistral.FAMILY, llama.FAMILY)
 
