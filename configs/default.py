@@ -35,6 +35,7 @@ LOGICAL_AXIS_RULES = (
     ("kv", None),
     ("mlp", "tensor"),
     ("table", None),
+    ("expert", "fsdp"),  # a MoE's experts: gathered per layer like FSDP (no expert parallelism)
 )
 
 

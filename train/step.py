@@ -14,6 +14,11 @@ logits never exist (equal values and gradients); 0 takes the full logits.
 The step differentiates only `state["params"]` (what trains: `train.trainable`); the model
 runs with `setup.full_params(state)` (the frozen base and merged LoRA adapters).
 
+Mixture of experts: with `moe_aux_loss_coef` c > 0 the train loss is CE + c * the model's
+load-balancing loss (`Transformer.hidden_states_and_aux`, the MoE layers' mean), weighted like
+a mean over the batch's targets; the metric `moe_aux_loss` logs the unscaled loss (models with
+MoE layers only). Evaluation reports the CE alone.
+
 Batches are dicts of [B, L] arrays: inputs, targets, positions (int32), segment_ids (int32;
 used only when `packed`), weights (float32).
 """
@@ -49,15 +54,38 @@ def loss_sums(graphdef: Any, params: Any, batch: dict[str, jax.Array], *, packed
               chunk: int = 0) -> tuple[jax.Array, jax.Array]:
     """Forward pass: (weighted CE sum, weight sum) for one batch; `chunk` > 0: the chunked
     loss (no [B, L, V] logits), 0: the full logits."""
+    loss_sum, (weight_sum, _) = train_sums(graphdef, params, batch, packed=packed, chunk=chunk,
+                                           aux_coef=0.0)
+    return loss_sum, weight_sum
+
+
+def train_sums(graphdef: Any, params: Any, batch: dict[str, jax.Array], *, packed: bool,
+               chunk: int = 0, aux_coef: float | None = None
+               ) -> tuple[jax.Array, tuple[jax.Array, jax.Array]]:
+    """(CE sum + c * aux * weight sum, (weight sum, aux * weight sum)): `loss_sums` plus the
+    MoE load-balancing loss aux (0 for a dense model), c = `aux_coef` (None: the model's
+    `moe_aux_loss_coef`)."""
     model = merge_model(graphdef, params)
     segment_ids = batch["segment_ids"] if packed else None
+    coef = model.config.moe_aux_loss_coef if aux_coef is None else aux_coef
+    if model.config.num_experts:
+        hidden, aux = model.hidden_states_and_aux(batch["inputs"], batch["positions"],
+                                                  segment_ids=segment_ids)
+        loss_sum, weight_sum = (
+            chunked_cross_entropy(model.head, hidden, batch["targets"], batch["weights"],
+                                  chunk=chunk) if chunk else
+            weighted_xent(model.head(hidden), batch["targets"], batch["weights"]))
+        return loss_sum + coef * aux * weight_sum, (weight_sum, aux * weight_sum)
+    zero = jnp.zeros((), jnp.float32)
     if chunk:
         hidden = model.hidden_states(batch["inputs"], batch["positions"],
                                      segment_ids=segment_ids)
-        return chunked_cross_entropy(model.head, hidden, batch["targets"], batch["weights"],
-                                     chunk=chunk)
+        loss_sum, weight_sum = chunked_cross_entropy(model.head, hidden, batch["targets"],
+                                                     batch["weights"], chunk=chunk)
+        return loss_sum, (weight_sum, zero)
     logits = model(batch["inputs"], batch["positions"], segment_ids=segment_ids)
-    return weighted_xent(logits, batch["targets"], batch["weights"])
+    loss_sum, weight_sum = weighted_xent(logits, batch["targets"], batch["weights"])
+    return loss_sum, (weight_sum, zero)
 
 
 def _grads(setup: TrainSetup, state, batch, *, packed: bool, accum_steps: int, chunk: int):
@@ -65,12 +93,12 @@ def _grads(setup: TrainSetup, state, batch, *, packed: bool, accum_steps: int, c
 
     def f(p, b):
         full = setup.full_params({**state, "params": p})
-        return loss_sums(setup.graphdef, full, b, packed=packed, chunk=chunk)
+        return train_sums(setup.graphdef, full, b, packed=packed, chunk=chunk)
 
     grad_fn = jax.value_and_grad(f, has_aux=True)
     if accum_steps == 1:
-        (loss_sum, weight_sum), grads = grad_fn(params, batch)
-        return loss_sum, weight_sum, grads
+        (loss_sum, sums), grads = grad_fn(params, batch)
+        return loss_sum, sums, grads
 
     def split(x):  # [B, ...] -> [A, B / A, ...], microbatch a = rows a, a + A, a + 2A, ...
         x = x.reshape(x.shape[0] // accum_steps, accum_steps, *x.shape[1:])
@@ -81,29 +109,31 @@ def _grads(setup: TrainSetup, state, batch, *, packed: bool, accum_steps: int, c
     micro = jax.tree.map(split, batch)
 
     def body(carry, mb):
-        loss_sum, weight_sum, grads = carry
-        (ls, ws), g = grad_fn(params, mb)
-        return (loss_sum + ls, weight_sum + ws, jax.tree.map(jnp.add, grads, g)), None
+        loss_sum, sums, grads = carry
+        (ls, s), g = grad_fn(params, mb)
+        return (loss_sum + ls, jax.tree.map(jnp.add, sums, s),
+                jax.tree.map(jnp.add, grads, g)), None
 
     zeros = jax.tree.map(jnp.zeros_like, params)
-    init = (jnp.zeros((), jnp.float32), jnp.zeros((), jnp.float32), zeros)
-    (loss_sum, weight_sum, grads), _ = jax.lax.scan(body, init, micro)
-    return loss_sum, weight_sum, grads
+    zero = jnp.zeros((), jnp.float32)
+    (loss_sum, sums, grads), _ = jax.lax.scan(body, (zero, (zero, zero), zeros), micro)
+    return loss_sum, sums, grads
 
 
 def make_train_step(setup: TrainSetup, *, packed: bool = False, accum_steps: int = 1,
                     chunk: int = 0) -> Callable[[dict, dict], tuple[dict, dict]]:
     """`step(state, batch) -> (state, metrics)`, jitted with the state's shardings, the state
     donated, the batch split over (data, fsdp). Metrics (float32 scalars, replicated): loss,
-    grad_norm, learning_rate (of this update), weight (the number of scored targets).
-    `chunk`: the loss chunk (module docstring). Frozen params pass through unchanged.
+    grad_norm, learning_rate (of this update), weight (the number of scored targets), and for a
+    model with MoE layers moe_aux_loss (module docstring). `chunk`: the loss chunk (module
+    docstring). Frozen params pass through unchanged.
     A new function on every call (compiled on first use); `train.runtime.Runtime.train_step`
     keeps them for reuse. `step.lower(state, batch)` lowers it (ShapeDtypeStructs will do)."""
 
     def train_step(state, batch):
         params = state["params"]
-        loss_sum, weight_sum, grads = _grads(setup, state, batch, packed=packed,
-                                             accum_steps=accum_steps, chunk=chunk)
+        loss_sum, (weight_sum, aux_sum), grads = _grads(
+            setup, state, batch, packed=packed, accum_steps=accum_steps, chunk=chunk)
         denom = jnp.maximum(weight_sum, 1.0)
         grads = jax.tree.map(lambda g: (g / denom).astype(g.dtype), grads)
         updates, opt_state = setup.tx.update(grads, state["opt_state"], params)
@@ -111,6 +141,8 @@ def make_train_step(setup: TrainSetup, *, packed: bool = False, accum_steps: int
                      "opt_state": opt_state, "step": state["step"] + 1}
         metrics = {"loss": loss_sum / denom, "grad_norm": optax.tree.norm(grads),
                    "learning_rate": setup.schedule(state["step"]), "weight": weight_sum}
+        if setup.model_config.num_experts:
+            metrics["moe_aux_loss"] = aux_sum / denom
         return new_state, metrics
 
     batch_sh = {k: sharding.batch_sharding(setup.mesh, 2) for k in BATCH_KEYS}

@@ -293,6 +293,8 @@ def _loop(config, setup, state, start, *, stream, eval_stream, ckpt, logger, pre
         pending = None
         record = {"step": done, "loss": host["loss"], "learning_rate": host["learning_rate"],
                   "grad_norm": host["grad_norm"]}
+        if "moe_aux_loss" in host:  # models with MoE layers (train.step)
+            record["moe_aux_loss"] = host["moe_aux_loss"]
         now = time.perf_counter()
         if done > timer_step:
             record["tokens_per_sec"] = (done - timer_step) * batch * length / (now - timer_t)

@@ -35,6 +35,7 @@ from posenc_jax.model.kernels.blocks import kernel_blocks
 from posenc_jax.model.features import check_features
 from posenc_jax.model.layer_pattern import LayerSpec, resolve_layers
 from posenc_jax.model.mlp import MLP_ACTIVATIONS
+from posenc_jax.model.moe import check_moe
 from posenc_jax.model.remat import check_remat
 
 __all__ = ["TransformerConfig", "freeze", "thaw"]
@@ -73,7 +74,10 @@ class TransformerConfig:
       mlp_dim: the MLP's hidden width F.
       num_kv_heads: K for grouped-query attention (None -> H; must divide H).
       head_dim: D (None -> E // H, which then requires H | E).
-      mlp_activation: "swiglu", "geglu" or "gelu" (`posenc_jax.model.mlp`).
+      mlp_activation: "swiglu", "geglu", "swiglu_clamped" or "gelu" (`posenc_jax.model.mlp`).
+      num_experts (0: dense), experts_per_token, moe_mlp_dim (None: mlp_dim), router,
+        router_bias, expert_bias, shared_expert_mlp_dim, moe_layers (None: every layer),
+        moe_aux_loss_coef: the mixture-of-experts MLP (`posenc_jax.model.moe`).
       encoding, encoding_kwargs: the model's positional encoding, by name (see module doc).
       layer_encodings: None, or one entry per layer: a name or (name, kwargs).
       attention: a backend of `posenc_jax.model.backends` (`backends.names()`: XLA dense,
@@ -141,6 +145,15 @@ class TransformerConfig:
     attention_sinks: bool = False
     sink_tokens: int = 0
     remat: str = "none"
+    num_experts: int = 0
+    experts_per_token: int = 2
+    moe_mlp_dim: int | None = None
+    router: str = "softmax_topk_norm"
+    router_bias: bool = False
+    expert_bias: bool = False
+    shared_expert_mlp_dim: int = 0
+    moe_layers: Any = None
+    moe_aux_loss_coef: float = 0.0
 
     def __post_init__(self):
         def set_(key, value):
@@ -177,6 +190,7 @@ class TransformerConfig:
         set_("remat", check_remat(self.remat))
         check_context_mode(self.context_mode)
         check_features(self, set_)
+        check_moe(self, set_)
         specs = resolve_layers(self, set_)
         object.__setattr__(self, "_specs", specs)
         # Build (and so validate) every encoding now; cached outside the dataclass fields.

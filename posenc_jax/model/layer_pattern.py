@@ -49,6 +49,7 @@ import jax.numpy as jnp
 
 from posenc_jax._frozen import _FrozenDict, freeze, thaw
 from posenc_jax.checks import boolean, finite_float, positive_int
+from posenc_jax.model.moe import is_moe_layer
 
 __all__ = ["PATTERN_KEYS", "LayerSpec", "group_size", "qk_l2_norm", "query_temperature",
            "resolve_layers", "temperature_constants"]
@@ -64,13 +65,15 @@ class LayerSpec:
     """One layer's attention settings (hashable; equal specs mean the same traced block).
 
     encoding: (name, frozen kwargs). window, chunk: int or None. qk_l2_norm: bool.
-    temperature: (floor_scale, attn_scale) or None."""
+    temperature: (floor_scale, attn_scale) or None. moe: the layer's MLP is the mixture of
+    experts (`posenc_jax.model.moe`; `moe_layers`)."""
 
     encoding: tuple
     window: int | None = None
     chunk: int | None = None
     qk_l2_norm: bool = False
     temperature: tuple[float, float] | None = None
+    moe: bool = False
 
 
 def per_layer(name: str, value: Any, num_layers: int) -> tuple | None:
@@ -196,7 +199,7 @@ def resolve_layers(config: Any, set_) -> tuple[LayerSpec, ...]:
             encoding=encodings[i], window=windows[i], chunk=chunks[i],
             qk_l2_norm=bool(l2[i]),
             temperature=(constants["floor_scale"], constants["attn_scale"]) if temps[i]
-            else None))
+            else None, moe=is_moe_layer(config, i)))
     if config.attn_temperature is not None and not any(s.temperature for s in specs):
         raise ValueError(f"attn_temperature={thaw(config.attn_temperature)!r} is set but no "
                          "layer asks for it: set 'temperature': True in layer_pattern")

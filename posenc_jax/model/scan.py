@@ -81,28 +81,32 @@ def run_blocks(layers, specs: tuple, x: Array, positions: Array, segment_ids: Ar
       scan: scan over the repeating groups (else the Python loop). remat: a policy name.
 
     Returns:
-      (x [B, T, E], per-layer list of (k, v) buffers, or of Nones without memory).
+      (x [B, T, E], per-layer list of (k, v) buffers, or of Nones without memory, the sum of
+      the blocks' load-balancing losses: float32 scalar).
     """
     n = len(layers)
     g, reps = scan_plan(specs) if scan else (n, 1)
     new: list = [None] * n
     start = 0
+    aux = jnp.zeros((), jnp.float32)
     if reps >= 2:
-        x, scanned = _scan_groups(layers, g, reps, x, positions, segment_ids, memory, rotary,
-                                  remat)
+        x, scanned, aux = _scan_groups(layers, g, reps, x, positions, segment_ids, memory,
+                                       rotary, remat)
         new[:g * reps] = scanned
         start = g * reps
     for i in range(start, n):
         block = layers[i]
         state = None if remat == "none" else nnx.state(block)
-        x, new[i] = _call(block, remat, in_scan=False, layer=i)(
+        x, new[i], layer_aux = _call(block, remat, in_scan=False, layer=i)(
             state, x, positions, segment_ids, memory, rotary)
-    return x, new
+        aux = aux + layer_aux
+    return x, new, aux
 
 
 def _scan_groups(layers, g: int, reps: int, x: Array, positions, segment_ids, memory,
-                 rotary, remat: str) -> tuple[Array, list]:
-    """The scan over `reps` repeats of the first g layers' group; per-layer (k, v) or Nones."""
+                 rotary, remat: str) -> tuple[Array, list, Array]:
+    """The scan over `reps` repeats of the first g layers' group: (x, per-layer (k, v) or
+    Nones, the summed load-balancing losses)."""
     members = [[layers[r * g + j] for r in range(reps)] for j in range(g)]
     states = tuple(_stack([nnx.state(b) for b in blocks]) for blocks in members)
     calls = [_call(blocks[0], remat, in_scan=True, layer=0) for blocks in members]
@@ -112,19 +116,23 @@ def _scan_groups(layers, g: int, reps: int, x: Array, positions, segment_ids, me
                     jnp.stack([memory.v[r * g + j] for r in range(reps)])) for j in range(g))
 
     def body(carry, xs):
+        h, aux = carry
         group_states, buffers = xs
         out = []
         for j in range(g):
             mem = None if buffers is None else dataclasses.replace(
                 memory, k=(buffers[j][0],), v=(buffers[j][1],))
-            carry, new = calls[j](group_states[j], carry, positions, segment_ids, mem, rotary)
+            h, new, layer_aux = calls[j](group_states[j], h, positions, segment_ids, mem,
+                                         rotary)
+            aux = aux + layer_aux
             out.append(new)
-        return carry, tuple(out)
+        return (h, aux), tuple(out)
 
-    x, new = jax.lax.scan(body, x, (states, kv), length=reps)
+    (x, aux), new = jax.lax.scan(body, (x, jnp.zeros((), jnp.float32)), (states, kv),
+                                 length=reps)
     per_layer: list = [None] * (g * reps)
     if memory is not None:
         for j in range(g):
             for r in range(reps):
                 per_layer[r * g + j] = (new[j][0][r], new[j][1][r])
-    return x, per_layer
+    return x, per_layer, aux

@@ -27,6 +27,7 @@ Sharding (logical axis names). Every parameter carries logical axis names in its
     batch, length          activations only
     embed (E), vocab (V), heads (H), kv_heads (K), kv (D, the head dim), mlp (F)
     table                  rows of an encoding's table (learned PE, T5 buckets, Shaw)
+    expert                 a MoE layer's experts (X; `posenc_jax.model.moe`)
 
 `LOGICAL_AXES` lists them; a rule set must map every name (to a mesh axis or None);
 `complete_rules(rules)` adds `(name, None)` for those a rule set leaves out. A trainer:
@@ -69,6 +70,7 @@ from posenc_jax.model.generate import generate
 from posenc_jax.model.kv_cache import KVCache, init_cache
 from posenc_jax.model.layer_pattern import LayerSpec
 from posenc_jax.model.mlp import MLP
+from posenc_jax.model.moe import MoE
 from posenc_jax.model.norms import RMSNorm
 from posenc_jax.model.params import normal as _normal
 from posenc_jax.model.params import param as _param
@@ -87,7 +89,8 @@ __all__ = [
 ]
 
 Array = jax.Array
-LOGICAL_AXES = ("batch", "length", "embed", "vocab", "heads", "kv_heads", "kv", "mlp", "table")
+LOGICAL_AXES = ("batch", "length", "embed", "vocab", "heads", "kv_heads", "kv", "mlp", "table",
+                "expert")
 
 
 def complete_rules(rules) -> tuple:
@@ -204,7 +207,9 @@ class Attention(nnx.Module):
 
 
 class Block(nnx.Module):
-    """Pre-norm transformer block (with `post_norms`, also norms on both branch outputs)."""
+    """Pre-norm transformer block (with `post_norms`, also norms on both branch outputs); its
+    MLP is the mixture of experts where `spec.moe`. Returns (x, (k, v) or None, the layer's
+    load-balancing loss: float32 scalar, 0 for a dense MLP)."""
 
     def __init__(self, config: TransformerConfig, spec: LayerSpec, *, rngs: nnx.Rngs):
         kw = {"eps": config.norm_eps, "param_dtype": config.param_dtype,
@@ -212,7 +217,7 @@ class Block(nnx.Module):
         self.attn_norm = RMSNorm(config.embed_dim, **kw)
         self.attn = Attention(config, spec, rngs=rngs)
         self.mlp_norm = RMSNorm(config.embed_dim, **kw)
-        self.mlp = MLP(config, rngs=rngs)
+        self.mlp = MoE(config, rngs=rngs) if spec.moe else MLP(config, rngs=rngs)
         if config.post_norms:
             self.post_attn_norm = RMSNorm(config.embed_dim, **kw)
             self.post_mlp_norm = RMSNorm(config.embed_dim, **kw)
@@ -224,9 +229,10 @@ class Block(nnx.Module):
         y = self.post_attn_norm(y) if post else y
         x = constrain(x + y, ("batch", "length", "embed"))
         y = self.mlp(self.mlp_norm(x))
+        y, aux = y if isinstance(self.mlp, MoE) else (y, jnp.zeros((), jnp.float32))
         y = self.post_mlp_norm(y) if post else y
         x = constrain(x + y, ("batch", "length", "embed"))
-        return x, new
+        return x, new, aux
 
 
 class Transformer(nnx.Module):
@@ -296,11 +302,19 @@ class Transformer(nnx.Module):
         tokens int [B, L]: what `head` turns into logits. Positions and segment ids as in
         `__call__` (no cache). `posenc_jax.model.loss` takes these and `head` to compute a
         loss that never holds the [B, L, V] logits."""
+        hidden, _ = self.hidden_states_and_aux(tokens, positions, segment_ids=segment_ids)
+        return hidden
+
+    def hidden_states_and_aux(self, tokens: Array, positions: Array | None = None, *,
+                              segment_ids: Array | None = None) -> tuple[Array, Array]:
+        """(`hidden_states(...)`, the load-balancing loss float32 scalar: the mean over the MoE
+        layers of `posenc_jax.model.moe.load_balancing_loss`, 0 without MoE layers). The
+        trainer adds `moe_aux_loss_coef` times it to the loss."""
         tokens = self._checked(tokens)
         if positions is None:
             positions = self._default_positions(tokens.shape[1])
-        hidden, _ = self.trunk(tokens, positions, segment_ids, memory=None)
-        return hidden
+        hidden, _, aux = self.trunk(tokens, positions, segment_ids, memory=None)
+        return hidden, aux
 
     def head(self, hidden: Array) -> Array:
         """Logits float32 [..., V] from hidden states [..., E]: the output projection (the
@@ -319,15 +333,15 @@ class Transformer(nnx.Module):
                 rotary_positions: Array | None = None) -> tuple[Array, list]:
         """The forward pass proper: (logits float32 [B, T, V], per-layer (k, v) or Nones);
         `trunk` then `head`."""
-        hidden, new = self.trunk(tokens, positions, segment_ids, memory=memory,
-                                 rotary_positions=rotary_positions)
+        hidden, new, _ = self.trunk(tokens, positions, segment_ids, memory=memory,
+                                    rotary_positions=rotary_positions)
         return constrain(self.head(hidden), ("batch", "length", "vocab")), new
 
     def trunk(self, tokens: Array, positions: Array, segment_ids: Array | None, *,
               memory: kv_cache.Memory | None,
-              rotary_positions: Array | None = None) -> tuple[Array, list]:
+              rotary_positions: Array | None = None) -> tuple[Array, list, Array]:
         """Embedding, every block and the final norm: (hidden [B, T, E] in the compute dtype,
-        per-layer (k, v) or Nones). positions [T] / [B|1, T], or [A, B|1, T] (see `__call__`);
+        per-layer (k, v) or Nones, the MoE layers' mean load-balancing loss). positions [T] / [B|1, T], or [A, B|1, T] (see `__call__`);
         rotary_positions: set by the cache for A > 1, when positions are already the masks'
         [B, T]."""
         cfg, dt = self.config, self.config.dtype
@@ -343,6 +357,7 @@ class Transformer(nnx.Module):
         x = cfg.input_encoding.embed(_values(self.input_pe), x, positions)
         x = constrain(x.astype(dt), ("batch", "length", "embed"))
         rotary = None if rotary is positions else rotary
-        x, new = scan.run_blocks(self.layers, cfg.layer_specs, x, positions, segment_ids,
-                                 memory, rotary, scan=cfg.scan_layers, remat=cfg.remat)
-        return self.final_norm(x), new
+        x, new, aux = scan.run_blocks(self.layers, cfg.layer_specs, x, positions, segment_ids,
+                                      memory, rotary, scan=cfg.scan_layers, remat=cfg.remat)
+        num_moe = sum(spec.moe for spec in cfg.layer_specs)
+        return self.final_norm(x), new, aux / max(num_moe, 1)
