@@ -202,7 +202,7 @@ class Attention(nnx.Module):
         out = tag_attention(constrain(out, ("batch", "length", "heads", "kv")))
         y = jnp.einsum("bthd,hde->bte", out, self.o_proj[...].astype(dt))
         if cfg.o_bias:
-            y = y + self.o_bias[...].astype(dt)
+            y = y + self.o_bias[...].astype(dt)[None, None]
         return y, new
 
 

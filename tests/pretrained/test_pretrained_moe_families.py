@@ -1,0 +1,161 @@
+"""gpt-oss and Llama 4 (text) checkpoints: the tiny random ones of
+scripts/make_pretrained_golden_moe.py (transformers 5.25, every feature on: sinks, alternating
+windows, YaRN x32 without truncation, attention biases, the clamped SwiGLU experts; chunked
+RoPE layers, a NoPE layer with the query temperature, QK L2-norm, llama3 scaling with equal band
+factors, interleaved dense / MoE layers with a shared expert).
+
+The logits at every position are test_pretrained_tiny's (every record with a fixture there);
+here: the greedy continuation with the KV cache equals transformers', the split of the fused
+expert tensors (both ways), the config refusals naming the key, the tensor errors naming the
+file and the tensor."""
+
+import json
+import pathlib
+import shutil
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from safetensors.numpy import save_file
+
+from posenc_jax import pretrained
+from posenc_jax.model.generate import generate
+from posenc_jax.pretrained.families import config_kwargs
+from posenc_jax.pretrained.names import targets
+from posenc_jax.pretrained.safetensors_io import open_safetensors
+from posenc_jax.pretrained.save import _inverse
+
+TINY = pathlib.Path(__file__).parents[1] / "data" / "pretrained" / "tiny"
+FAMILIES = ("gpt_oss", "llama4")
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_greedy_with_the_cache_equals_transformers(family):
+    """32 greedy tokens after a 12-token prompt (our generate: prefill + cached decode, past
+    the window / chunk of 8 and through several temperature floors) are transformers'."""
+    golden = np.load(TINY / family / "logits.npz")
+    lm = pretrained.load(TINY / family, attention="dense")
+    prompt = jnp.asarray(golden["greedy_prompt"])
+    new = golden["greedy_new"]
+    out = np.asarray(generate(lm.model, prompt, max_new_tokens=new.shape[1]))
+    np.testing.assert_array_equal(out[:, prompt.shape[1]:], new)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_the_golden_exercises_every_feature(family):
+    """What the fixture's config turns on, read through the record (so a golden made with a
+    feature off would fail here, not pass silently)."""
+    config = json.loads((TINY / family / "config.json").read_text())
+    kw = config_kwargs(config, where=family)
+    tokens = np.load(TINY / family / "logits.npz")["token_ids"].shape[1]
+    if family == "gpt_oss":
+        assert kw["attention_sinks"] and kw["o_bias"] and kw["qkv_bias"]
+        assert kw["sliding_window"] == [8, None] and tokens > 8
+        assert kw["encoding_kwargs"]["scaling"]["truncate"] is False
+        assert (kw["router"], kw["mlp_activation"]) == ("topk_softmax", "swiglu_clamped")
+    else:
+        pattern = kw["layer_pattern"]
+        assert [e.get("encoding") for e in pattern] == [None, None, None, "nope"]
+        assert [e.get("chunk") for e in pattern] == [8, 8, 8, None] and tokens > 8
+        assert [bool(e.get("qk_l2_norm")) for e in pattern] == [True, True, True, False]
+        assert pattern[3]["temperature"] and kw["attn_temperature"]["floor_scale"] < tokens / 4
+        assert kw["encoding_kwargs"]["layout"] == "interleaved"
+        scaling = kw["encoding_kwargs"]["scaling"]
+        assert scaling["low_freq_factor"] == scaling["high_freq_factor"]
+        assert kw["moe_layers"] == (1, 3) and kw["shared_expert_mlp_dim"] == 32
+        assert kw["mlp_dim"] == 48 and kw["router"] == "sigmoid_topk"
+
+
+@pytest.mark.parametrize("family, name, split", [
+    ("gpt_oss", "model.layers.0.mlp.experts.gate_up_proj", "alternate"),
+    ("gpt_oss", "model.layers.1.mlp.experts.gate_up_proj_bias", "alternate"),
+    ("llama4", "model.layers.1.feed_forward.experts.gate_up_proj", "halves")])
+def test_fused_expert_tensors_split_and_join_exactly(family, name, split):
+    lm_cfg = pretrained.load(TINY / family, attention="dense").model.config
+    target = targets(lm_cfg, pretrained.families.by_model_type(
+        json.loads((TINY / family / "config.json").read_text())["model_type"]))[name]
+    w = open_safetensors(TINY / family).tensor(name)
+    gate, up = (part.convert(w) for part in target.parts)
+    f = w.shape[-1] // 2
+    want = (w[..., 0::2], w[..., 1::2]) if split == "alternate" else (w[..., :f], w[..., f:])
+    np.testing.assert_array_equal(gate, want[0])
+    np.testing.assert_array_equal(up, want[1])
+    np.testing.assert_array_equal(_inverse(target, [gate, up]), w)
+
+
+def _config(family):
+    return json.loads((TINY / family / "config.json").read_text())
+
+
+@pytest.mark.parametrize("family, change, match", [
+    ("gpt_oss", {"swiglu_limit": 10.0},
+     r"gpt_oss: config swiglu_limit=10.0 is not supported here \(only 7.0"),
+    ("gpt_oss", {"swiglu_alpha": 1.0}, r"config swiglu_alpha=1.0 is not supported"),
+    ("gpt_oss", {"quantization_config": {"quant_method": "mxfp4"}},
+     r"quantization_config \(quant_method='mxfp4'\) is not supported"),
+    ("gpt_oss", {"layer_types": ["sliding_attention"]}, r"config layer_types=\['sliding"),
+    ("gpt_oss", {"num_experts_per_tok": 5}, r"num_experts_per_tok=5 .*at most num_local_"),
+    ("llama4", {"no_rope_layers": [1, 1, 1]}, r"no_rope_layers=\[1, 1, 1\] .*one entry per "
+     r"layer \(num_hidden_layers=4\)"),
+    ("llama4", {"layer_types": ["chunked_attention"] * 3 + ["sliding_attention"]},
+     r"config layer_types=.* \(entries 'chunked_attention' or 'full_attention'\)"),
+    ("llama4", {"attention_chunk_size": None, "layer_types": ["chunked_attention"] * 4},
+     r"attention_chunk_size=None .*layer_types has chunked layers"),
+    ("llama4", {"hidden_act": "gelu"}, r"config hidden_act='gelu' is not supported"),
+    ("llama4", {"attention_bias": "yes"}, r"attention_bias must be true or false"),
+])
+def test_unsupported_settings_are_refused_naming_the_key(family, change, match):
+    with pytest.raises((ValueError, TypeError), match=match):
+        config_kwargs({**_config(family), **change}, where=family)
+
+
+def test_attention_bias_stays_refused_where_o_proj_has_none():
+    config = json.loads((TINY / "llama" / "config.json").read_text())
+    with pytest.raises(ValueError, match=r"config attention_bias=True is not supported here "
+                       r"\(only false\)"):
+        config_kwargs({**config, "attention_bias": True}, where="llama")
+
+
+def test_llama4_attention_bias_adds_q_k_v_and_o_biases():
+    kw = config_kwargs({**_config("llama4"), "attention_bias": True}, where="llama4")
+    assert kw["qkv_bias"] and kw["o_bias"]
+
+
+def _copy_with(tmp_path, family, change):
+    d = pathlib.Path(shutil.copytree(TINY / family, tmp_path / family))
+    ckpt = open_safetensors(d)
+    tensors = {n: ckpt.tensor(n) for n in ckpt.names()}
+    change(tensors)
+    save_file(tensors, str(d / "model.safetensors"))
+    return d
+
+
+@pytest.mark.parametrize("family, name", [
+    ("gpt_oss", "model.layers.1.mlp.experts.down_proj_bias"),
+    ("llama4", "model.layers.3.feed_forward.shared_expert.up_proj.weight")])
+def test_a_missing_expert_tensor_names_the_checkpoint_and_the_tensor(tmp_path, family, name):
+    d = _copy_with(tmp_path, family, lambda t: t.pop(name))
+    with pytest.raises(ValueError, match=rf"{family}: tensor '{name}': missing from the "
+                       "checkpoint"):
+        pretrained.load(d)
+
+
+@pytest.mark.parametrize("family, name, expected", [
+    ("gpt_oss", "model.layers.0.mlp.router.weight", r"\(4, 64\)"),
+    ("llama4", "model.layers.1.feed_forward.router.weight", r"\(4, 64\)"),
+    ("llama4", "model.layers.1.feed_forward.experts.gate_up_proj", r"\(4, 64, 64\)")])
+def test_a_router_or_expert_of_the_wrong_shape_names_the_file(tmp_path, family, name, expected):
+    d = _copy_with(tmp_path, family, lambda t: t.__setitem__(name, t[name][:-1]))
+    with pytest.raises(ValueError, match=rf"tensor '{name}': shape .* does not fit the config "
+                       rf"\(expected {expected}\)") as info:
+        pretrained.load(d)
+    assert str(d / "model.safetensors") in str(info.value)
+
+
+def test_a_dense_mlp_tensor_in_a_moe_layer_is_an_extra_tensor(tmp_path):
+    """Llama 4's dense and MoE layers share param names; the table keeps them apart."""
+    d = _copy_with(tmp_path, "llama4", lambda t: t.__setitem__(
+        "model.layers.1.feed_forward.gate_proj.weight", np.zeros((48, 64), np.float32)))
+    with pytest.raises(ValueError, match=r"'model.layers.1.feed_forward.gate_proj.weight': not "
+                       "a parameter of this 4-layer model"):
+        pretrained.load(d)
