@@ -2,10 +2,10 @@
 
 Run in the throwaway venv (torch and transformers are never imported by the package or tests):
 
-    /work/goldenvenv/bin/python scripts/make_pretrained_golden_moe.py [--only gpt_oss,llama4]
+    /work/goldenvenv/bin/python scripts/make_pretrained_golden_moe.py [--only gpt_oss,llama4_text]
 
-Writes tests/data/pretrained/tiny/<family>/ in the layout of the other tiny fixtures
-(scripts/make_pretrained_golden_tiny.py): config.json + model.safetensors from `save_pretrained`,
+Writes tests/data/pretrained/tiny/<model_type>/ (gpt_oss, llama4_text) in the layout of the other
+tiny fixtures (scripts/make_pretrained_golden_tiny.py): config.json + model.safetensors from `save_pretrained`,
 cases.json (`{"default": null}`) and logits.npz holding
 - `token_ids` [1, L] int32 (L = 40: longer than gpt-oss's window 8, Llama 4's chunk 8 and
   several multiples of its floor_scale 4, so the windowed, chunked and temperature paths are
@@ -21,7 +21,7 @@ Every feature is on, as in the published configs:
   full layers, YaRN factor 32 with `truncate: false` (original context 16), the clamped
   SwiGLU experts (alpha 1.702, limit 7; the gate/up weights drawn large enough that the clamp
   is hit: the count is printed) with biases, the top-k-then-softmax router with a bias.
-- llama4: 4 layers, chunked attention (chunk 8) on the RoPE layers, NoPE on every 4th layer
+- llama4_text: 4 layers, chunked attention (chunk 8) on the RoPE layers, NoPE on every 4th layer
   (the last), QK L2-norm on the RoPE layers, attention temperature tuning (floor_scale 4,
   attn_scale 0.5) on the NoPE layer, llama3 RoPE scaling with low_freq_factor ==
   high_freq_factor (as Llama-4-Scout's config carries), MoE every second layer
@@ -61,7 +61,7 @@ FAMILIES = {
         rope_parameters={"rope_type": "yarn", "rope_theta": 150000.0, "factor": 32.0,
                          "beta_fast": 32.0, "beta_slow": 1.0, "truncate": False,
                          "original_max_position_embeddings": 16}),
-    "llama4": dict(
+    "llama4_text": dict(
         COMMON, model_type="llama4_text", num_hidden_layers=4, intermediate_size=32,
         intermediate_size_mlp=48, num_local_experts=4, num_experts_per_tok=2,
         interleave_moe_layer_step=2, attention_chunk_size=8, no_rope_layer_interval=4,
@@ -72,7 +72,7 @@ FAMILIES = {
                          "original_max_position_embeddings": 16}),
 }
 # gpt-oss's gate/up weights scaled up so that |gate| or |up| > 7 happens (the clamp is tested)
-GATE_UP_SCALE = {"gpt_oss": 4.0, "llama4": 1.0}
+GATE_UP_SCALE = {"gpt_oss": 4.0, "llama4_text": 1.0}
 
 
 def _randomize(model: torch.nn.Module, family: str) -> None:

@@ -20,13 +20,13 @@ from safetensors.numpy import save_file
 
 from posenc_jax import pretrained
 from posenc_jax.model.generate import generate
-from posenc_jax.pretrained.families import config_kwargs
+from posenc_jax.pretrained.families import by_model_type, config_kwargs
 from posenc_jax.pretrained.names import targets
 from posenc_jax.pretrained.safetensors_io import open_safetensors
 from posenc_jax.pretrained.save import _inverse
 
 TINY = pathlib.Path(__file__).parents[1] / "data" / "pretrained" / "tiny"
-FAMILIES = ("gpt_oss", "llama4")
+FAMILIES = ("gpt_oss", "llama4_text")
 
 
 @pytest.mark.parametrize("family", FAMILIES)
@@ -69,11 +69,10 @@ def test_the_golden_exercises_every_feature(family):
 @pytest.mark.parametrize("family, name, split", [
     ("gpt_oss", "model.layers.0.mlp.experts.gate_up_proj", "alternate"),
     ("gpt_oss", "model.layers.1.mlp.experts.gate_up_proj_bias", "alternate"),
-    ("llama4", "model.layers.1.feed_forward.experts.gate_up_proj", "halves")])
+    ("llama4_text", "model.layers.1.feed_forward.experts.gate_up_proj", "halves")])
 def test_fused_expert_tensors_split_and_join_exactly(family, name, split):
     lm_cfg = pretrained.load(TINY / family, attention="dense").model.config
-    target = targets(lm_cfg, pretrained.families.by_model_type(
-        json.loads((TINY / family / "config.json").read_text())["model_type"]))[name]
+    target = targets(lm_cfg, by_model_type(family))[name]
     w = open_safetensors(TINY / family).tensor(name)
     gate, up = (part.convert(w) for part in target.parts)
     f = w.shape[-1] // 2
@@ -95,14 +94,14 @@ def _config(family):
      r"quantization_config \(quant_method='mxfp4'\) is not supported"),
     ("gpt_oss", {"layer_types": ["sliding_attention"]}, r"config layer_types=\['sliding"),
     ("gpt_oss", {"num_experts_per_tok": 5}, r"num_experts_per_tok=5 .*at most num_local_"),
-    ("llama4", {"no_rope_layers": [1, 1, 1]}, r"no_rope_layers=\[1, 1, 1\] .*one entry per "
+    ("llama4_text", {"no_rope_layers": [1, 1, 1]}, r"no_rope_layers=\[1, 1, 1\] .*one entry per "
      r"layer \(num_hidden_layers=4\)"),
-    ("llama4", {"layer_types": ["chunked_attention"] * 3 + ["sliding_attention"]},
+    ("llama4_text", {"layer_types": ["chunked_attention"] * 3 + ["sliding_attention"]},
      r"config layer_types=.* \(entries 'chunked_attention' or 'full_attention'\)"),
-    ("llama4", {"attention_chunk_size": None, "layer_types": ["chunked_attention"] * 4},
+    ("llama4_text", {"attention_chunk_size": None, "layer_types": ["chunked_attention"] * 4},
      r"attention_chunk_size=None .*layer_types has chunked layers"),
-    ("llama4", {"hidden_act": "gelu"}, r"config hidden_act='gelu' is not supported"),
-    ("llama4", {"attention_bias": "yes"}, r"attention_bias must be true or false"),
+    ("llama4_text", {"hidden_act": "gelu"}, r"config hidden_act='gelu' is not supported"),
+    ("llama4_text", {"attention_bias": "yes"}, r"attention_bias must be true or false"),
 ])
 def test_unsupported_settings_are_refused_naming_the_key(family, change, match):
     with pytest.raises((ValueError, TypeError), match=match):
@@ -117,7 +116,7 @@ def test_attention_bias_stays_refused_where_o_proj_has_none():
 
 
 def test_llama4_attention_bias_adds_q_k_v_and_o_biases():
-    kw = config_kwargs({**_config("llama4"), "attention_bias": True}, where="llama4")
+    kw = config_kwargs({**_config("llama4_text"), "attention_bias": True}, where="llama4_text")
     assert kw["qkv_bias"] and kw["o_bias"]
 
 
@@ -132,7 +131,7 @@ def _copy_with(tmp_path, family, change):
 
 @pytest.mark.parametrize("family, name", [
     ("gpt_oss", "model.layers.1.mlp.experts.down_proj_bias"),
-    ("llama4", "model.layers.3.feed_forward.shared_expert.up_proj.weight")])
+    ("llama4_text", "model.layers.3.feed_forward.shared_expert.up_proj.weight")])
 def test_a_missing_expert_tensor_names_the_checkpoint_and_the_tensor(tmp_path, family, name):
     d = _copy_with(tmp_path, family, lambda t: t.pop(name))
     with pytest.raises(ValueError, match=rf"{family}: tensor '{name}': missing from the "
@@ -142,8 +141,8 @@ def test_a_missing_expert_tensor_names_the_checkpoint_and_the_tensor(tmp_path, f
 
 @pytest.mark.parametrize("family, name, expected", [
     ("gpt_oss", "model.layers.0.mlp.router.weight", r"\(4, 64\)"),
-    ("llama4", "model.layers.1.feed_forward.router.weight", r"\(4, 64\)"),
-    ("llama4", "model.layers.1.feed_forward.experts.gate_up_proj", r"\(4, 64, 64\)")])
+    ("llama4_text", "model.layers.1.feed_forward.router.weight", r"\(4, 64\)"),
+    ("llama4_text", "model.layers.1.feed_forward.experts.gate_up_proj", r"\(4, 64, 64\)")])
 def test_a_router_or_expert_of_the_wrong_shape_names_the_file(tmp_path, family, name, expected):
     d = _copy_with(tmp_path, family, lambda t: t.__setitem__(name, t[name][:-1]))
     with pytest.raises(ValueError, match=rf"tensor '{name}': shape .* does not fit the config "
@@ -154,7 +153,7 @@ def test_a_router_or_expert_of_the_wrong_shape_names_the_file(tmp_path, family, 
 
 def test_a_dense_mlp_tensor_in_a_moe_layer_is_an_extra_tensor(tmp_path):
     """Llama 4's dense and MoE layers share param names; the table keeps them apart."""
-    d = _copy_with(tmp_path, "llama4", lambda t: t.__setitem__(
+    d = _copy_with(tmp_path, "llama4_text", lambda t: t.__setitem__(
         "model.layers.1.feed_forward.gate_proj.weight", np.zeros((48, 64), np.float32)))
     with pytest.raises(ValueError, match=r"'model.layers.1.feed_forward.gate_proj.weight': not "
                        "a parameter of this 4-layer model"):
