@@ -85,6 +85,19 @@ def extra(flat: Mapping[str, Any], out: dict, where: Any) -> None:
                    window if t == "sliding_attention" else None for t in types])
 
 
+def export(cfg: Any, out: dict) -> None:
+    """gpt-oss's keys for `cfg` (read back by `extra` and compared by the exporter)."""
+    windows = cfg.sliding_window or (None,) * cfg.num_layers
+    sizes = sorted({w for w in windows if w is not None})
+    out.update(attention_bias=cfg.o_bias, num_local_experts=cfg.num_experts,
+               num_experts_per_tok=cfg.experts_per_token, intermediate_size=cfg.moe_mlp_dim,
+               sliding_window=sizes[0] if len(sizes) == 1 else sizes or None,
+               layer_types=["full_attention" if w is None else "sliding_attention"
+                            for w in windows], **SWIGLU,
+               output_router_logits=cfg.moe_aux_loss_coef > 0,
+               router_aux_loss_coef=cfg.moe_aux_loss_coef or 0.001)
+
+
 FAMILY = Family(
     model_type="gpt_oss",
     defaults={"rms_norm_eps": 1e-5, "tie_word_embeddings": False, "hidden_act": "silu",
@@ -97,4 +110,6 @@ FAMILY = Family(
     attention_bias=True,
     sinks=True,
     extra=extra,
+    expresses=frozenset({"sinks", "o_bias", "moe"}),
+    export=export,
 )

@@ -128,6 +128,26 @@ def extra(flat: Mapping[str, Any], out: dict, where: Any) -> None:
                shared_expert_mlp_dim=experts_dim, moe_layers=layers)
 
 
+def export(cfg: Any, out: dict) -> None:
+    """Llama 4's keys for `cfg` (read back by `extra` and compared by the exporter)."""
+    specs = cfg.layer_specs
+    chunks = sorted({s.chunk for s in specs if s.chunk is not None})
+    temps = sorted({s.temperature for s in specs if s.temperature is not None})
+    floor, scale = temps[0] if len(temps) == 1 else (8192, 0.1)
+    out.update(
+        attention_bias=cfg.o_bias, no_rope_layers=[int(s.encoding[0] != "nope") for s in specs],
+        layer_types=["full_attention" if s.chunk is None else "chunked_attention"
+                     for s in specs],
+        attention_chunk_size=chunks[0] if len(chunks) == 1 else chunks or None,
+        use_qk_norm=any(s.qk_l2_norm for s in specs), attn_temperature_tuning=bool(temps),
+        floor_scale=int(floor) if float(floor).is_integer() else floor, attn_scale=scale,
+        intermediate_size=cfg.moe_mlp_dim or cfg.mlp_dim, intermediate_size_mlp=cfg.mlp_dim,
+        num_local_experts=cfg.num_experts, num_experts_per_tok=cfg.experts_per_token,
+        moe_layers=[i for i, s in enumerate(specs) if s.moe],
+        output_router_logits=cfg.moe_aux_loss_coef > 0,
+        router_aux_loss_coef=cfg.moe_aux_loss_coef or 0.001)
+
+
 FAMILY = Family(
     model_type="llama4_text",
     defaults={"rms_norm_eps": 1e-5, "tie_word_embeddings": False, "hidden_act": "silu",
@@ -137,4 +157,6 @@ FAMILY = Family(
     export_class="Llama4ForCausalLM",
     attention_bias=True,
     extra=extra,
+    expresses=frozenset({"o_bias", "moe", "nope", "chunk", "qk_l2_norm", "temperature"}),
+    export=export,
 )

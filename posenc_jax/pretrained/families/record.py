@@ -105,7 +105,11 @@ class Family:
     the RoPE dict an export also writes at the top of config.json, where the class reads them
     first (Phi-3's original_max_position_embeddings);
     claims: fn(TransformerConfig) -> bool, whether an export without a named family picks this
-    one (asked in the registry's order), None: only when named."""
+    one (asked in the registry's order), None: only when named;
+    expresses: the features beyond the shared decoder an export as this family can write
+    (`export_config.FEATURES`: "sinks", "o_bias", "moe", "nope", "chunk", "qk_l2_norm",
+    "temperature"); export: fn(TransformerConfig, config dict) writing their keys (the draft is
+    read back and compared, so a key it gets wrong is a refusal, never a silent change)."""
 
     model_type: str
     defaults: Mapping[str, Any]
@@ -127,6 +131,8 @@ class Family:
     rope_top_level: tuple[str, ...] = ()
     gguf: GGUF | None = None
     claims: Callable[[Any], bool] | None = None
+    expresses: frozenset[str] = frozenset()
+    export: Callable[[Any, dict], None] | None = None
 
     @property
     def norm_offset(self) -> float:
