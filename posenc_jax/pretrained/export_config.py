@@ -47,16 +47,19 @@ _SAME = ("vocab_size", "num_layers", "embed_dim", "num_heads", "mlp_dim", "num_k
          "attention_sinks", "num_experts", "router", "router_bias", "expert_bias",
          "shared_expert_mlp_dim")
 _MOE_SAME = ("experts_per_token", "moe_mlp_dim")
-#: The features only some families' config.json can hold (`Family.expresses`), by what the
-#: refusal names: fn(cfg) -> whether the model uses it.
+#: The features only some families' config.json can hold (`Family.expresses`): fn(cfg) -> what
+#: a refusal names when the model uses it, else None.
 FEATURES = {
-    "sinks": lambda cfg: cfg.attention_sinks,
-    "sink_tokens": lambda cfg: cfg.sink_tokens,
-    "o_bias": lambda cfg: cfg.o_bias,
-    "moe": lambda cfg: cfg.num_experts > 0,
-    "chunk": lambda cfg: any(s.chunk is not None for s in cfg.layer_specs),
-    "qk_l2_norm": lambda cfg: any(s.qk_l2_norm for s in cfg.layer_specs),
-    "temperature": lambda cfg: any(s.temperature is not None for s in cfg.layer_specs),
+    "sinks": lambda cfg: "attention_sinks=True" if cfg.attention_sinks else None,
+    "sink_tokens": lambda cfg: f"sink_tokens={cfg.sink_tokens}" if cfg.sink_tokens else None,
+    "o_bias": lambda cfg: "o_bias=True" if cfg.o_bias else None,
+    "moe": lambda cfg: f"num_experts={cfg.num_experts}" if cfg.num_experts else None,
+    "chunk": lambda cfg: "attention_chunk" if any(
+        s.chunk is not None for s in cfg.layer_specs) else None,
+    "qk_l2_norm": lambda cfg: "qk_l2_norm" if any(s.qk_l2_norm for s in cfg.layer_specs)
+    else None,
+    "temperature": lambda cfg: "attn_temperature" if any(
+        s.temperature is not None for s in cfg.layer_specs) else None,
 }
 
 
@@ -147,12 +150,14 @@ def _check_attention_features(cfg: TransformerConfig, family: Family | None) -> 
     chunked attention, QK L2-norm, query temperature (an export would drop them without a
     word), naming the families that can hold each."""
     can = family.expresses if family is not None else frozenset()
-    found = [name for name, used in FEATURES.items() if used(cfg) and name not in can]
+    found = {name: FEATURES[name](cfg) for name in FEATURES
+             if FEATURES[name](cfg) is not None and name not in can}
     if found:
-        where = "; ".join(f"{name}: {_names(f for f in FAMILIES if name in f.expresses) or 'none'}"
-                          for name in found)
-        raise _refuse(", ".join(found), f"(gpt-oss / Llama 4 features): the family exported to "
-                      f"has no config key for it (families that have: {where})")
+        target = f"model_type={family.model_type!r}" if family is not None else "the family"
+        where = "; ".join(f"{label}: {_names(f for f in FAMILIES if n in f.expresses) or 'none'}"
+                          for n, label in found.items())
+        raise _refuse(", ".join(found.values()), f"(gpt-oss / Llama 4 features): {target} has "
+                      f"no config key for it (the families that have one: {where})")
 
 
 def choose_model_type(cfg: TransformerConfig, hint: str | None = None) -> str:

@@ -9,6 +9,7 @@ here: the greedy continuation with the KV cache equals transformers', the split 
 expert tensors (both ways), the config refusals naming the key, the tensor errors naming the
 file and the tensor."""
 
+import dataclasses
 import json
 import pathlib
 import shutil
@@ -20,6 +21,7 @@ from safetensors.numpy import save_file
 
 from posenc_jax import pretrained
 from posenc_jax.model.generate import generate
+from posenc_jax.pretrained.export_config import hf_config
 from posenc_jax.pretrained.families import by_model_type, config_kwargs
 from posenc_jax.pretrained.names import targets
 from posenc_jax.pretrained.safetensors_io import open_safetensors
@@ -158,3 +160,37 @@ def test_a_dense_mlp_tensor_in_a_moe_layer_is_an_extra_tensor(tmp_path):
     with pytest.raises(ValueError, match=r"'model.layers.1.feed_forward.gate_proj.weight': not "
                        "a parameter of this 4-layer model"):
         pretrained.load(d)
+
+
+def test_export_refuses_what_the_named_family_cannot_hold(tmp_path):
+    """Llama 4's interleaved RoPE cannot go out as gpt-oss (nothing written); a router or an MoE
+    layout gpt-oss does not have is caught by the read-back."""
+    lm = pretrained.load(TINY / "llama4_text", attention="dense")
+    with pytest.raises(ValueError, match=r"layer_encodings\[0\]='rope': layout='interleaved' "
+                       r"\(this family rotates layout='half'"):
+        pretrained.save(lm, tmp_path / "out", model_type="gpt_oss")
+    assert not (tmp_path / "out").exists()
+    cfg = pretrained.load(TINY / "gpt_oss", attention="dense").model.config
+    with pytest.raises(ValueError, match=r"as model_type='gpt_oss', the config.json would not "
+                       r"hold: router='softmax_topk_norm' \(reads back as 'topk_softmax'\)"):
+        hf_config(dataclasses.replace(cfg, router="softmax_topk_norm"), "gpt_oss")
+    with pytest.raises(ValueError, match=r"layer 1's \(window, chunk, qk_l2_norm, temperature, "
+                       r"moe\) \(None, None, False, None, False\) \(reads back as"):
+        hf_config(dataclasses.replace(cfg, moe_layers=(0,)), "gpt_oss")
+
+
+def test_export_writes_the_class_keys_transformers_reads():
+    """The exported config.json's family keys equal the fixture's own (which transformers
+    wrote); transformers itself loaded both exports and gave the golden logits exactly
+    (docs/pretrained.md, measured in the golden venv)."""
+    for family, keys in (("gpt_oss", ("attention_bias", "layer_types", "sliding_window",
+                                      "num_local_experts", "num_experts_per_tok",
+                                      "swiglu_limit", "rope_parameters")),
+                         ("llama4_text", ("no_rope_layers", "layer_types", "moe_layers",
+                                          "attention_chunk_size", "use_qk_norm", "floor_scale",
+                                          "attn_scale", "attn_temperature_tuning",
+                                          "intermediate_size", "intermediate_size_mlp"))):
+        lm = pretrained.load(TINY / family, attention="dense")
+        out = hf_config(lm.model.config, family, base=lm.hf_config)
+        config = _config(family)
+        assert {k: out[k] for k in keys} == {k: config[k] for k in keys}
