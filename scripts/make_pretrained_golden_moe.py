@@ -18,7 +18,9 @@ cases.json (`{"default": null}`) and logits.npz holding
 
 Every feature is on, as in the published configs:
 - gpt_oss: attention biases (q/k/v/o), learned sinks per head, alternating sliding (window 8) /
-  full layers, YaRN factor 32 with `truncate: false` (original context 16), the clamped
+  full layers, YaRN factor 32 with `truncate: false` (original context 4096 as published, so
+  that the correction range [2.02, 4.35] of the 8 frequencies is fractional: truncating it to
+  [2, 5] changes the logits, so the golden tells truncate apart), the clamped
   SwiGLU experts (alpha 1.702, limit 7; the gate/up weights drawn large enough that the clamp
   is hit: the count is printed) with biases, the top-k-then-softmax router with a bias.
 - llama4_text: 4 layers, chunked attention (chunk 8) on the RoPE layers, NoPE on every 4th layer
@@ -56,11 +58,12 @@ COMMON = {"vocab_size": VOCAB, "hidden_size": 64, "num_attention_heads": 4,
 FAMILIES = {
     "gpt_oss": dict(
         COMMON, model_type="gpt_oss", num_hidden_layers=2, intermediate_size=32,
+        max_position_embeddings=131072,
         num_local_experts=4, num_experts_per_tok=2, sliding_window=8, attention_bias=True,
         layer_types=["sliding_attention", "full_attention"], swiglu_limit=7.0,
         rope_parameters={"rope_type": "yarn", "rope_theta": 150000.0, "factor": 32.0,
                          "beta_fast": 32.0, "beta_slow": 1.0, "truncate": False,
-                         "original_max_position_embeddings": 16}),
+                         "original_max_position_embeddings": 4096}),
     "llama4_text": dict(
         COMMON, model_type="llama4_text", num_hidden_layers=4, intermediate_size=32,
         intermediate_size_mlp=48, num_local_experts=4, num_experts_per_tok=2,

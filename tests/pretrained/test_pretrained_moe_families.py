@@ -20,6 +20,7 @@ import pytest
 from safetensors.numpy import save_file
 
 from posenc_jax import pretrained
+from posenc_jax.model.config import TransformerConfig
 from posenc_jax.model.generate import generate
 from posenc_jax.pretrained.export_config import hf_config
 from posenc_jax.pretrained.families import by_model_type, config_kwargs
@@ -194,3 +195,15 @@ def test_export_writes_the_class_keys_transformers_reads():
         out = hf_config(lm.model.config, family, base=lm.hf_config)
         config = _config(family)
         assert {k: out[k] for k in keys} == {k: config[k] for k in keys}
+
+
+def test_gpt_oss_golden_tells_yarn_truncation_apart():
+    """At the published original context 4096 the correction range is fractional: truncating
+    it (vllm#27722 / sglang#14270 / EasyDeL) changes the frequencies the golden was made with."""
+    kw = config_kwargs(_config("gpt_oss"), where="gpt_oss")
+    truncated = {**kw, "encoding_kwargs": {**kw["encoding_kwargs"], "scaling": {
+        **kw["encoding_kwargs"]["scaling"], "truncate": True}}}
+    ours, wrong = (TransformerConfig(**k).layer_encoding(0).frequencies()[0]
+                   for k in (kw, truncated))
+    ratio = np.asarray(ours) / np.asarray(wrong)  # two of the 8 frequencies move, one by 2x
+    assert np.sum(np.abs(ratio - 1) > 0.1) == 2
