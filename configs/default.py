@@ -35,7 +35,8 @@ LOGICAL_AXIS_RULES = (
     ("kv", None),
     ("mlp", "tensor"),
     ("table", None),
-    ("expert", "fsdp"),  # a MoE's experts: gathered per layer like FSDP (no expert parallelism)
+    ("expert", None),  # a MoE's experts (stacked weights are still split over embed -> fsdp);
+    # map it to an axis embed and mlp do not use (e.g. "data") for expert parallelism
 )
 
 

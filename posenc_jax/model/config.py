@@ -31,8 +31,8 @@ from posenc_jax.encodings import capabilities
 from posenc_jax.encodings.base import Encoding, for_model
 from posenc_jax.model import backends
 from posenc_jax.model.context_parallel import check_mode as check_context_mode
-from posenc_jax.model.kernels.blocks import kernel_blocks
 from posenc_jax.model.features import check_features
+from posenc_jax.model.kernels.blocks import kernel_blocks
 from posenc_jax.model.layer_pattern import LayerSpec, resolve_layers
 from posenc_jax.model.mlp import MLP_ACTIVATIONS
 from posenc_jax.model.moe import check_moe

@@ -27,9 +27,12 @@ An expert no token chose gets a zero gradient.
 Params (logical axes): `router` [E, X] ("embed", None), `router_bias` [X]; `gate`, `up`
 [X, E, F] ("expert", "embed", "mlp"); `down` [X, F, E] ("expert", "mlp", "embed"); biases
 `gate_bias`, `up_bias` [X, F], `down_bias` [X, E]; `shared` an MLP of width
-`shared_expert_mlp_dim`. The rule for "expert" picks the mesh axis the experts are split over
-(train's default: fsdp, gathered per layer as FSDP does; a dedicated axis gives expert
-parallelism through the sharding propagation).
+`shared_expert_mlp_dim`. The rule for "expert" picks the mesh axis the experts are split over;
+it must be one that the rules for "embed" and "mlp" do not use (a mesh axis shards one
+dimension of an array). train's default maps it to None: the stacked weights are then split
+like any MLP weight, over embed -> fsdp (FSDP, gathered per layer) and mlp -> tensor; mapping
+it to e.g. "data" splits the experts over the data-parallel devices (expert parallelism,
+through XLA's sharding propagation: no hand-written all-to-all).
 
 The load-balancing loss (Switch / Mixtral; transformers' `load_balancing_loss_func` applied to
 one layer): X * sum_e f_e P_e, f_e = the share of the N tokens whose top k holds e (summed
@@ -87,7 +90,8 @@ def check_moe(config: Any, set_: Callable[[str, Any], None]) -> None:
                        for i, j in enumerate(layers))
         if len(set(layers)) != len(layers):
             raise ValueError(f"moe_layers={layers!r} repeats a layer")
-        set_("moe_layers", tuple(sorted(layers)))
+        every = len(layers) == config.num_layers
+        set_("moe_layers", None if every else tuple(sorted(layers)))  # all layers: None
 
 
 def is_moe_layer(config: Any, i: int) -> bool:

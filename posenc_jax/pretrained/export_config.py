@@ -13,10 +13,10 @@ FIRE, CoPE, ...), NoPE layers (but Llama 4's), per-layer encodings outside Gemma
 full pattern, RoPE variants transformers has no key for (a layout other than the family's:
 rotate-half, Llama 4's interleaved pairs; p-RoPE, Resonance, partial rotary in a full-rotary
 family, a scaling method transformers lacks), bidirectional attention, the ungated GELU MLP,
-and the `FEATURES` the family does not express (`Family.expresses`: gpt-oss's sinks, o_proj
-bias and experts; Llama 4's chunks, QK L2-norm, temperature, NoPE layers and experts) -- with
-a message naming the part. A family's own keys (MoE, layer pattern) are written by its
-record's `export` and checked by the same read-back.
+and the `FEATURES` the family does not express (`Family.expresses`: gpt-oss's sinks and o_proj
+bias; Llama 4's chunks, QK L2-norm, temperature and NoPE layers) -- with a message naming the
+part. A family's own keys (MoE, layer pattern) are written by its record's `export` (or
+`moe_export`) and checked by the same read-back, which compares the MoE settings too.
 
 Format: transformers 5.x (`rope_parameters`, per layer type for Gemma 3); single-RoPE families
 also get the 4.x keys (`rope_theta`, `rope_scaling`), which 5.x reads as the same values.
@@ -43,17 +43,15 @@ HF_ROPE_TYPES = ("default", "linear", "dynamic", "yarn", "longrope", "llama3")
 # scan_layers -- say how to run the model, not what it computes).
 _SAME = ("vocab_size", "num_layers", "embed_dim", "num_heads", "mlp_dim", "num_kv_heads",
          "head_dim", "mlp_activation", "causal", "tie_embeddings", "norm_eps", "qkv_bias",
-         "qk_norm", "post_norms", "sliding_window", "final_logit_softcap", "o_bias",
-         "attention_sinks", "num_experts", "router", "router_bias", "expert_bias",
-         "shared_expert_mlp_dim")
-_MOE_SAME = ("experts_per_token", "moe_mlp_dim")
+         "qk_norm", "post_norms", "sliding_window", "final_logit_softcap", "num_experts",
+         "experts_per_token", "moe_mlp_dim", "router", "router_bias", "expert_bias",
+         "shared_expert_mlp_dim", "moe_layers", "o_bias", "attention_sinks")
 #: The features only some families' config.json can hold (`Family.expresses`): fn(cfg) -> what
 #: a refusal names when the model uses it, else None.
 FEATURES = {
     "sinks": lambda cfg: "attention_sinks=True" if cfg.attention_sinks else None,
     "sink_tokens": lambda cfg: f"sink_tokens={cfg.sink_tokens}" if cfg.sink_tokens else None,
     "o_bias": lambda cfg: "o_bias=True" if cfg.o_bias else None,
-    "moe": lambda cfg: f"num_experts={cfg.num_experts}" if cfg.num_experts else None,
     "chunk": lambda cfg: "attention_chunk" if any(
         s.chunk is not None for s in cfg.layer_specs) else None,
     "qk_l2_norm": lambda cfg: "qk_l2_norm" if any(s.qk_l2_norm for s in cfg.layer_specs)
@@ -146,10 +144,10 @@ def check_expressible(cfg: TransformerConfig, family: Family | None = None) -> N
 
 def _check_attention_features(cfg: TransformerConfig, family: Family | None) -> None:
     """Refuses what the family's config.json has no key for (`FEATURES` less the family's
-    `expresses`): learned sinks, sink tokens, an output-projection bias, a mixture of experts,
-    chunked attention, QK L2-norm, query temperature (an export would drop them without a
+    `expresses`): learned sinks, sink tokens, an output-projection bias, chunked attention,
+    QK L2-norm, query temperature (an export would drop them without a
     word), naming the families that can hold each."""
-    can = family.expresses if family is not None else frozenset()
+    can = frozenset() if family is None else family.expresses
     found = {name: FEATURES[name](cfg) for name in FEATURES
              if FEATURES[name](cfg) is not None and name not in can}
     if found:
@@ -243,6 +241,8 @@ def _draft(cfg: TransformerConfig, family: Family, base: Mapping[str, Any]) -> d
     for key in ("bos_token_id", "eos_token_id", "pad_token_id", "max_position_embeddings"):
         if base.get(key) is not None:
             out[key] = base[key]
+    if family.moe_export is not None:
+        out.update(family.moe_export(cfg))
     if family.gemma:  # a RoPE per layer type
         out["layer_types"], out["rope_parameters"] = _layer_ropes(cfg)
         scalar = cfg.query_pre_attn_scalar or cfg.head_dim  # transformers wants an int
@@ -298,9 +298,6 @@ def _unrotated(enc):
 def _differences(cfg: TransformerConfig, back: TransformerConfig) -> list[str]:
     diff = [f"{k}={getattr(cfg, k)!r} (reads back as {getattr(back, k)!r})" for k in _SAME
             if getattr(cfg, k) != getattr(back, k)]
-    if cfg.num_experts:
-        diff += [f"{k}={getattr(cfg, k)!r} (reads back as {getattr(back, k)!r})"
-                 for k in _MOE_SAME if getattr(cfg, k) != getattr(back, k)]
     for i, (a, b) in enumerate(zip(cfg.layer_specs, back.layer_specs)):
         mine = (a.window, a.chunk, a.qk_l2_norm, a.temperature, a.moe)
         theirs = (b.window, b.chunk, b.qk_l2_norm, b.temperature, b.moe)

@@ -10,7 +10,7 @@ Order, so that a bad checkpoint never gives a half-loaded model:
 3. the plan: every checkpoint tensor's target param(s) and expected shape (`names.targets`,
    the record's tensor table), checked against the checkpoint's names and shapes WITHOUT
    reading any tensor -- a missing, extra or misshapen tensor is a ValueError naming the file
-   and the tensor;
+   and the tensor (a MoE's per-expert tensors are checked as their stacks, `experts.stacked`);
 4. the tensors, one at a time: read (float32), change layout (a fused tensor is split into its
    params), cast to `dtype`, `device_put` straight into the param's sharding (the mesh and
    logical axis rules of the caller's `jax.set_mesh` / `nnx.logical_axis_rules`, if any). The
@@ -37,6 +37,7 @@ from flax import nnx
 from posenc_jax.encodings.hf.read import layer_types, resolve, text_config
 from posenc_jax.model.config import TransformerConfig
 from posenc_jax.model.transformer import Transformer
+from posenc_jax.pretrained import experts
 from posenc_jax.pretrained.checkpoint import tensor_error
 from posenc_jax.pretrained.families import config_kwargs, family_of_config
 from posenc_jax.pretrained.names import ignored, param_shapes, prefix_of, targets
@@ -137,6 +138,7 @@ def build(ckpt, *, dtype: str = "float32", rope_scaling: Mapping | None = None,
     """
     if dtype not in DTYPES:
         raise ValueError(f"unknown dtype {dtype!r}; valid: {', '.join(map(repr, DTYPES))}")
+    ckpt = experts.stacked(ckpt)  # a MoE's per-expert tensors as stacks (pretrained.experts)
     hf = with_rope_scaling(ckpt.config, rope_scaling)
     text_config(hf)  # TypeError for a config that is not a dict of dicts
     family, _, _ = family_of_config(hf, ckpt.path)

@@ -99,11 +99,13 @@ def _placed(name: str, prefix: str) -> str:
 
 
 def _expand(row: Row, i: int | None, shapes: dict, cfg: TransformerConfig) -> Target | None:
-    if row.moe is not None and (i is None or getattr(cfg.layer(i), "moe", False) != row.moe):
+    if row.moe is not None and (i is None or cfg.layer(i).moe != row.moe):
         return None
     paths = [tuple(i if k == "{i}" else k for k in p) for p in row.paths]
     if not all(p in shapes for p in paths):
         return None
+    if row.layout.ndim is not None and any(len(shapes[p]) != row.layout.ndim for p in paths):
+        return None  # e.g. a dense MLP row and a MoE layer's stacked param of the same name
     first = row.layout.hf_shape(shapes[paths[0]])
     if row.split != "rows":  # along the last axis: halves or alternate columns
         n = len(paths)

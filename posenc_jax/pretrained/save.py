@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from posenc_jax.model.transformer import Transformer
+from posenc_jax.pretrained.experts import split
 from posenc_jax.pretrained.export_config import choose_model_type, hf_config
 from posenc_jax.pretrained.families import by_model_type
 from posenc_jax.pretrained.names import Target, param_shapes, targets
@@ -103,7 +104,7 @@ def hf_tensors(model: Transformer, model_type: str) -> dict[str, np.ndarray]:
                 value = (value.astype(np.float32) + np.float32(shift)).astype(value.dtype)
             values.append(value)
         out[name] = _inverse(target, values)
-    return out
+    return split(out)  # a MoE's stacked experts as transformers' per-expert tensors
 
 
 def _tokenizer_files(tokenizer, directory: pathlib.Path) -> list[str]:

@@ -147,9 +147,9 @@ def test_load_balancing_loss_matches_numpy():
     np.testing.assert_allclose(even, 2.0, rtol=1e-6)   # k at a perfectly even routing
 
 
-BASE = dict(vocab_size=32, num_layers=4, embed_dim=16, num_heads=2, mlp_dim=24)
-MOE = dict(num_experts=4, experts_per_token=2, moe_mlp_dim=8, moe_layers=(1, 3),
-           shared_expert_mlp_dim=8)
+BASE = {"vocab_size": 32, "num_layers": 4, "embed_dim": 16, "num_heads": 2, "mlp_dim": 24}
+MOE = {"num_experts": 4, "experts_per_token": 2, "moe_mlp_dim": 8, "moe_layers": (1, 3),
+       "shared_expert_mlp_dim": 8}
 
 
 @pytest.mark.parametrize("overrides,error,text", [

@@ -110,6 +110,6 @@ FAMILY = Family(
     attention_bias=True,
     sinks=True,
     extra=extra,
-    expresses=frozenset({"sinks", "o_bias", "moe"}),
+    expresses=frozenset({"sinks", "o_bias"}),
     export=export,
 )

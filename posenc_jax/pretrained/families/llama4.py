@@ -157,6 +157,6 @@ FAMILY = Family(
     export_class="Llama4ForCausalLM",
     attention_bias=True,
     extra=extra,
-    expresses=frozenset({"o_bias", "moe", "nope", "chunk", "qk_l2_norm", "temperature"}),
+    expresses=frozenset({"o_bias", "nope", "chunk", "qk_l2_norm", "temperature"}),
     export=export,
 )

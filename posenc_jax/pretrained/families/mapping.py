@@ -100,6 +100,8 @@ def config_kwargs(config: Mapping[str, Any], *, where: Any) -> dict[str, Any]:
                tie_embeddings=_tie(flat.get("tie_word_embeddings"), where),
                norm_eps=finite_float("rms_norm_eps", flat["rms_norm_eps"], above=0.0),
                sliding_window=layer_windows(family, flat, model_type, out["num_layers"]))
+    if family.moe is not None:
+        out.update(family.moe(flat))
     if family.gemma:
         cap = flat.get("final_logit_softcapping")
         out.update(embed_scale="sqrt", norm_offset=1.0, post_norms=True,

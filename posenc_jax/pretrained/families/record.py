@@ -107,9 +107,12 @@ class Family:
     claims: fn(TransformerConfig) -> bool, whether an export without a named family picks this
     one (asked in the registry's order), None: only when named;
     expresses: the features beyond the shared decoder an export as this family can write
-    (`export_config.FEATURES`: "sinks", "o_bias", "moe", "nope", "chunk", "qk_l2_norm",
-    "temperature"); export: fn(TransformerConfig, config dict) writing their keys (the draft is
-    read back and compared, so a key it gets wrong is a refusal, never a silent change)."""
+    (`export_config.FEATURES`: "sinks", "o_bias", "chunk", "qk_l2_norm", "temperature"; and
+    "nope": NoPE layers); export: fn(TransformerConfig, config dict) writing their keys (the draft is
+    read back and compared, so a key it gets wrong is a refusal, never a silent change);
+    moe: fn(flat config.json dict) -> the TransformerConfig MoE kwargs (num_experts, router,
+    moe_layers, ...; `posenc_jax.model.moe`), None for a dense family; moe_export: fn(
+    TransformerConfig) -> the config.json keys that read back as those kwargs."""
 
     model_type: str
     defaults: Mapping[str, Any]
@@ -133,6 +136,8 @@ class Family:
     claims: Callable[[Any], bool] | None = None
     expresses: frozenset[str] = frozenset()
     export: Callable[[Any, dict], None] | None = None
+    moe: Callable[[Mapping[str, Any]], dict] | None = None
+    moe_export: Callable[[Any], dict] | None = None
 
     @property
     def norm_offset(self) -> float:

@@ -2,7 +2,8 @@
 
 `FAMILIES` is in the order errors list them; `CHOICE` is the order in which an export asks
 `Family.claims` when no family is named (the most specific first: Gemma 3's post-norms, Gemma's
-sqrt(E) embeddings, Qwen2's qkv bias, Qwen3's QK-norm, Mistral's window, else Llama); a family
+sqrt(E) embeddings, Qwen2's qkv bias, Qwen3-MoE's QK-norm with experts, Qwen3's QK-norm,
+Mixtral's experts in every layer, Mistral's window, else Llama); a family
 whose `claims` is None is exported only when named (Phi-3).
 """
 
@@ -18,9 +19,11 @@ from posenc_jax.pretrained.families import (
     llama,
     llama4,
     mistral,
+    mixtral,
     phi3,
     qwen2,
     qwen3,
+    qwen3_moe,
 )
 from posenc_jax.pretrained.families.record import Family
 
@@ -28,10 +31,10 @@ __all__ = ["CHOICE", "FAMILIES", "by_model_type", "claimed", "for_gguf", "gguf_a
            "model_types"]
 
 FAMILIES: tuple[Family, ...] = (llama.FAMILY, mistral.FAMILY, qwen2.FAMILY, qwen3.FAMILY,
-                                gemma.FAMILY, gemma3.FAMILY, phi3.FAMILY, gpt_oss.FAMILY,
-                                llama4.FAMILY)
-CHOICE: tuple[Family, ...] = (gemma3.FAMILY, gemma.FAMILY, qwen2.FAMILY, qwen3.FAMILY,
-                              mistral.FAMILY, llama.FAMILY)
+                                gemma.FAMILY, gemma3.FAMILY, phi3.FAMILY, qwen3_moe.FAMILY,
+                                mixtral.FAMILY, gpt_oss.FAMILY, llama4.FAMILY)
+CHOICE: tuple[Family, ...] = (gemma3.FAMILY, gemma.FAMILY, qwen2.FAMILY, qwen3_moe.FAMILY,
+                              qwen3.FAMILY, mixtral.FAMILY, mistral.FAMILY, llama.FAMILY)
 
 
 def model_types() -> tuple[str, ...]:

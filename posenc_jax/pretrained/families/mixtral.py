@@ -1,0 +1,59 @@
+"""Mixtral: Mistral (a sliding window on every layer when `sliding_window` is set) whose every
+MLP is a mixture of `num_local_experts` experts of width `intermediate_size`: softmax over all
+experts, top `num_experts_per_tok`, renormalised (`model.moe`'s "softmax_topk_norm").
+
+    model.layers.N.block_sparse_moe.gate.weight           [X, E] -> mlp.router [E, X]
+    model.layers.N.block_sparse_moe.experts.J.w1 / w3     [F, E] -> mlp.gate / mlp.up [X, E, F]
+    model.layers.N.block_sparse_moe.experts.J.w2          [E, F] -> mlp.down [X, F, E]
+
+(J = 0 .. X-1, seen stacked: `posenc_jax.pretrained.experts`.) `router_jitter_noise` acts in
+transformers only in training mode and is not read; the load-balancing coefficient stays 0 as
+for Qwen3-MoE. No GGUF reader here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from posenc_jax.checks import json_count
+from posenc_jax.pretrained.families import llama, mistral
+from posenc_jax.pretrained.families.record import Family, Row
+from posenc_jax.pretrained.families.transforms import EXPERTS_TRANSPOSE, TRANSPOSE
+
+__all__ = ["EXPERTS", "FAMILY", "moe_kwargs"]
+
+MLP = ("layers", "{i}", "mlp")
+MOE = f"{llama.LAYER}block_sparse_moe."
+EXPERTS = (
+    Row(f"{MOE}gate.weight", ((*MLP, "router"),), TRANSPOSE),
+    *(Row(f"{MOE}experts.*.{w}.weight", ((*MLP, ours),), EXPERTS_TRANSPOSE)
+      for w, ours in (("w1", "gate"), ("w3", "up"), ("w2", "down"))),
+)
+
+
+def moe_kwargs(flat: Mapping[str, Any]) -> dict[str, Any]:
+    """The TransformerConfig MoE kwargs of a Mixtral config.json (every layer sparse)."""
+    return {"num_experts": json_count("num_local_experts", flat["num_local_experts"]),
+            "experts_per_token": json_count("num_experts_per_tok", flat["num_experts_per_tok"]),
+            "moe_mlp_dim": json_count("intermediate_size", flat["intermediate_size"]),
+            "router": "softmax_topk_norm"}
+
+
+def moe_config(cfg: Any) -> dict[str, Any]:
+    """The config.json keys of `cfg`'s experts (read back by `moe_kwargs`)."""
+    return {"num_local_experts": cfg.num_experts, "num_experts_per_tok": cfg.experts_per_token,
+            "intermediate_size": cfg.moe_mlp_dim}
+
+
+FAMILY = Family(
+    model_type="mixtral",
+    defaults={**llama.FAMILY.defaults, "rms_norm_eps": 1e-5, "sliding_window": None,
+              "num_local_experts": 8, "num_experts_per_tok": 2},
+    hf_tensors=llama.EMBED_HEAD + llama.ATTENTION + llama.NORMS + EXPERTS,
+    export_class="MixtralForCausalLM",
+    windows=mistral.FAMILY.windows,
+    claims=lambda cfg: cfg.num_experts > 0 and cfg.moe_layers is None,
+    moe=moe_kwargs,
+    moe_export=moe_config,
+)

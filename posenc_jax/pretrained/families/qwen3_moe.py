@@ -1,0 +1,74 @@
+"""Qwen3-MoE: Qwen3 (QK-norm, no qkv bias) whose MLPs are mixtures of experts (`model.moe`):
+softmax over all experts, top k, renormalised when `norm_topk_prob` (the class default: not);
+layer i is sparse unless it is in `mlp_only_layers` or (i + 1) % `decoder_sparse_step` != 0
+(those keep the dense MLP of `intermediate_size`).
+
+    model.layers.N.mlp.gate.weight                  [X, E]  -> mlp.router [E, X]   transpose
+    model.layers.N.mlp.experts.J.{gate,up}_proj     [F, E]  -> mlp.gate / mlp.up [X, E, F]
+    model.layers.N.mlp.experts.J.down_proj          [E, F]  -> mlp.down [X, F, E]
+
+(J = 0 .. X-1, seen stacked: `posenc_jax.pretrained.experts`; X = `num_experts`, which
+transformers 5 saves as `num_local_experts`; F = `moe_intermediate_size`; k =
+`num_experts_per_tok`). The load-balancing loss coefficient stays 0 (`router_aux_loss_coef` acts
+in transformers only with `output_router_logits`): set `moe_aux_loss_coef` to fine-tune with it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from posenc_jax.checks import boolean, integer, json_count
+from posenc_jax.pretrained.families import llama, qwen3
+from posenc_jax.pretrained.families.record import Family, Row
+from posenc_jax.pretrained.families.transforms import EXPERTS_TRANSPOSE, TRANSPOSE
+
+__all__ = ["EXPERTS", "FAMILY", "moe_kwargs"]
+
+MLP = ("layers", "{i}", "mlp")
+EXPERTS = (
+    Row(f"{llama.LAYER}mlp.gate.weight", ((*MLP, "router"),), TRANSPOSE),
+    *(Row(f"{llama.LAYER}mlp.experts.*.{x}_proj.weight", ((*MLP, ours),), EXPERTS_TRANSPOSE)
+      for x, ours in (("gate", "gate"), ("up", "up"), ("down", "down"))),
+)
+
+
+def moe_kwargs(flat: Mapping[str, Any]) -> dict[str, Any]:
+    """The TransformerConfig MoE kwargs of a Qwen3-MoE config.json (module docstring)."""
+    n = flat.get("num_local_experts", flat.get("num_experts", 128))
+    n = 0 if n == 0 else json_count("num_experts", n)
+    if not n:
+        return {}
+    layers = json_count("num_hidden_layers", flat["num_hidden_layers"])
+    step = json_count("decoder_sparse_step", flat["decoder_sparse_step"])
+    dense = {integer("mlp_only_layers[]", i) for i in flat.get("mlp_only_layers") or ()}
+    sparse = tuple(i for i in range(layers) if i not in dense and (i + 1) % step == 0)
+    norm = boolean("norm_topk_prob", flat["norm_topk_prob"])
+    return {"num_experts": n,
+            "experts_per_token": json_count("num_experts_per_tok", flat["num_experts_per_tok"]),
+            "moe_mlp_dim": json_count("moe_intermediate_size", flat["moe_intermediate_size"]),
+            "router": "softmax_topk_norm" if norm else "softmax_topk",
+            "moe_layers": None if len(sparse) == layers else sparse}
+
+
+def moe_config(cfg: Any) -> dict[str, Any]:
+    """The config.json keys of `cfg`'s experts (read back by `moe_kwargs`)."""
+    sparse = range(cfg.num_layers) if cfg.moe_layers is None else cfg.moe_layers
+    return {"num_experts": cfg.num_experts, "num_experts_per_tok": cfg.experts_per_token,
+            "moe_intermediate_size": cfg.moe_mlp_dim,
+            "norm_topk_prob": cfg.router == "softmax_topk_norm", "decoder_sparse_step": 1,
+            "mlp_only_layers": [i for i in range(cfg.num_layers) if i not in sparse]}
+
+
+FAMILY = Family(
+    model_type="qwen3_moe",
+    defaults={**qwen3.FAMILY.defaults, "decoder_sparse_step": 1, "mlp_only_layers": [],
+              "norm_topk_prob": False, "moe_intermediate_size": 768, "num_experts_per_tok": 8},
+    hf_tensors=qwen3.FAMILY.hf_tensors + EXPERTS,
+    export_class="Qwen3MoeForCausalLM",
+    qk_norm=True,
+    windows="qwen",
+    claims=lambda cfg: cfg.qk_norm and cfg.num_experts > 0,
+    moe=moe_kwargs,
+    moe_export=moe_config,
+)

@@ -1,0 +1,60 @@
+"""The MoE load-balancing loss in the train step: coef * aux joins the loss (and so the update)
+when moe_aux_loss_coef > 0 and nothing changes at 0, on 8 devices with the experts split over
+the data axis (tests/model/test_moe.py: the sharded model equals one device)."""
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.sharding import PartitionSpec as P
+
+from configs import tiny
+from train import sharding, state, step
+
+MOE = {"num_experts": 4, "experts_per_token": 2, "moe_mlp_dim": 16, "moe_layers": (1,),
+       "vocab_size": 64}
+ROWS = np.random.default_rng(0).integers(0, 64, size=(8, 17))
+BATCH = {"inputs": jnp.asarray(ROWS[:, :-1], jnp.int32),
+         "targets": jnp.asarray(ROWS[:, 1:], jnp.int32),
+         "positions": jnp.broadcast_to(jnp.arange(16, dtype=jnp.int32), (8, 16)),
+         "segment_ids": jnp.ones((8, 16), jnp.int32), "weights": jnp.ones((8, 16), jnp.float32)}
+
+
+def _step(coef: float, devices=None):
+    config = tiny.get_config()
+    config.logical_axis_rules = tuple((a, "data" if a == "expert" else b)
+                                      for a, b in config.logical_axis_rules)
+    mesh = sharding.make_mesh({"data": 2, "fsdp": -1} if devices is None else {"data": -1},
+                              devices=devices)
+    setup = state.make_setup(config, mesh, model_overrides={**MOE, "moe_aux_loss_coef": coef})
+    start = state.init_state(setup, seed=0)
+    with setup.context():
+        ce, _ = jax.jit(functools.partial(step.loss_sums, setup.graphdef, packed=False))(
+            start["params"], BATCH)
+    new, metrics = step.make_train_step(setup)(start, BATCH)
+    return setup, float(ce) / float(BATCH["weights"].sum()), metrics, new["params"]
+
+
+@pytest.fixture(scope="module")
+def runs():
+    return {"off": _step(0.0), "on": _step(0.5)}
+
+
+def test_aux_loss_reaches_the_train_loss(runs):
+    setup, ce, metrics, _ = runs["on"]
+    assert setup.params_shardings["layers"][1]["mlp"]["up"].spec == P("data", "fsdp", "tensor")
+    aux = float(metrics["moe_aux_loss"])
+    assert 1.5 < aux < 4.0   # k = 2 at an even routing
+    np.testing.assert_allclose(float(metrics["loss"]), ce + 0.5 * aux, rtol=1e-5)
+
+
+def test_zero_coef_changes_nothing_but_the_log(runs):
+    _, ce, metrics, params = runs["off"]
+    np.testing.assert_allclose(float(metrics["loss"]), ce, rtol=1e-6)
+    on = runs["on"]
+    np.testing.assert_allclose(float(metrics["moe_aux_loss"]), float(on[2]["moe_aux_loss"]),
+                               rtol=1e-6)
+    router_off = params["layers"][1]["mlp"]["router"]
+    assert not np.allclose(router_off, on[3]["layers"][1]["mlp"]["router"], atol=1e-7)
