@@ -14,7 +14,11 @@ cases.json (`{"default": null}`) and logits.npz holding
 - `greedy_prompt` [1, P] int32 and `greedy_new` [1, 32] int32: 32 greedy tokens after the
   first P = 12 tokens, with transformers' KV cache (`generate(do_sample=False)`, EOS ignored);
 - `greedy_logits` [1, P + 31, V] float32: the one-shot forward over prompt + new tokens but
-  the last (the logits each greedy choice was made from, for a tolerance-aware check).
+  the last (the logits each greedy choice was made from, for a tolerance-aware check);
+- `bfloat16_logits` [1, L, V] float32: transformers' logits of the same checkpoint loaded in
+  bfloat16 (eager attention): a mixture of experts in bfloat16 may route a token to another
+  expert than in float32 (gpt-oss here: position 5, 1.2 away), so bfloat16 is checked against
+  transformers' own bfloat16.
 
 Every feature is on, as in the published configs:
 - gpt_oss: attention biases (q/k/v/o), learned sinks per head, alternating sliding (window 8) /
@@ -152,6 +156,9 @@ def write(family: str, ids: torch.Tensor) -> None:
     again = transformers.AutoModelForCausalLM.from_pretrained(
         out, dtype=torch.float32, attn_implementation="eager").eval()
     np.testing.assert_allclose(_logits(again, ids), arrays["logits__default"], atol=1e-5, rtol=0)
+    half = transformers.AutoModelForCausalLM.from_pretrained(
+        out, dtype=torch.bfloat16, attn_implementation="eager").eval()
+    arrays["bfloat16_logits"] = _logits(half, ids)
     np.savez_compressed(out / "logits.npz", **arrays)
     (out / "cases.json").write_text(json.dumps({"default": None}, indent=1) + "\n")
     extra = f", clamp hits {_clamp_hits(model, ids)}" if family == "gpt_oss" else ""

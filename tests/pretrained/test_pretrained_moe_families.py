@@ -17,6 +17,7 @@ import shutil
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from flax import nnx
 from safetensors.numpy import save_file
 
 from posenc_jax import pretrained
@@ -32,6 +33,11 @@ TINY = pathlib.Path(__file__).parents[1] / "data" / "pretrained" / "tiny"
 FAMILIES = ("gpt_oss", "llama4_text")
 
 
+@nnx.jit
+def forward(model, tokens):
+    return model(tokens)
+
+
 @pytest.mark.parametrize("family", FAMILIES)
 def test_greedy_with_the_cache_equals_transformers(family):
     """32 greedy tokens after a 12-token prompt (our generate: prefill + cached decode, past
@@ -42,6 +48,18 @@ def test_greedy_with_the_cache_equals_transformers(family):
     new = golden["greedy_new"]
     out = np.asarray(generate(lm.model, prompt, max_new_tokens=new.shape[1]))
     np.testing.assert_array_equal(out[:, prompt.shape[1]:], new)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_bfloat16_tracks_transformers_bfloat16(family):
+    """Loaded in bfloat16, our logits are within bfloat16 rounding of transformers' own bfloat16
+    logits (0.11 / 0.09 seen); against float32 a routing flip may move a position far (gpt-oss:
+    1.2 at position 5, in transformers' bfloat16 as in ours)."""
+    golden = np.load(TINY / family / "logits.npz")
+    lm = pretrained.load(TINY / family, dtype="bfloat16", attention="dense")
+    got = np.asarray(forward(lm.model, jnp.asarray(golden["token_ids"])), np.float32)
+    assert np.abs(got - golden["bfloat16_logits"]).max() < 0.2
+    np.testing.assert_array_equal(got.argmax(-1), golden["logits__default"].argmax(-1))
 
 
 @pytest.mark.parametrize("family", FAMILIES)
