@@ -11,9 +11,9 @@ several for a fused one: Phi-3's qkv_proj (rows), Llama 4's and gpt-oss's expert
 on the layers whose MLP is (True) or is not (False) the mixture of experts. Shapes come from the model itself
 (`nnx.eval_shape`: no memory), so a record never writes a formula for them.
 
-A tied model ignores an `lm_head.weight` (some exports write the tied copy); Gemma 3's
-multimodal checkpoints prefix the text model (`model.language_model.`, `language_model.model.`)
-and their vision tower and projector are ignored. Rotary `inv_freq` buffers of old exports are
+A tied model ignores an `lm_head.weight` (some exports write the tied copy); Gemma 3's and
+Llama 4's multimodal checkpoints prefix the text model (`model.language_model.`,
+`language_model.model.`) and their vision tower / model and projector are ignored. Rotary `inv_freq` buffers of old exports are
 ignored too. Anything else is an extra tensor, and an error.
 """
 
@@ -33,7 +33,7 @@ __all__ = ["Part", "Target", "ignored", "param_shapes", "prefix_of", "targets"]
 
 PREFIXES = ("model.", "model.language_model.", "language_model.model.")
 _IGNORED_STARTS = ("vision_tower.", "model.vision_tower.", "multi_modal_projector.",
-                   "model.multi_modal_projector.")
+                   "model.multi_modal_projector.", "vision_model.", "model.vision_model.")
 
 
 @dataclasses.dataclass(frozen=True)

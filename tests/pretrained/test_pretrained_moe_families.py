@@ -123,6 +123,8 @@ def _config(family):
      r"attention_chunk_size=None .*layer_types has chunked layers"),
     ("llama4_text", {"hidden_act": "gelu"}, r"config hidden_act='gelu' is not supported"),
     ("llama4_text", {"attention_bias": "yes"}, r"attention_bias must be true or false"),
+    ("llama4_text", {"attn_temperature_tuning": "yes"}, r"attn_temperature_tuning must be a bool"),
+    ("llama4_text", {"attn_temperature_tuning": -1}, r"attn_temperature_tuning must be >= 0"),
 ])
 def test_unsupported_settings_are_refused_naming_the_key(family, change, match):
     with pytest.raises((ValueError, TypeError), match=match):
@@ -225,3 +227,29 @@ def test_gpt_oss_golden_tells_yarn_truncation_apart():
                    for k in (kw, truncated))
     ratio = np.asarray(ours) / np.asarray(wrong)  # two of the 8 frequencies move, one by 2x
     assert np.sum(np.abs(ratio - 1) > 0.1) == 2
+
+
+def test_the_multimodal_llama4_checkpoint_loads_its_text_model(tmp_path):
+    """`Llama4ForConditionalGeneration`'s layout (names as transformers 5.25 saves them): the
+    text model under `language_model.`, its config in `text_config`, a vision model and a
+    projector beside it (ignored); the published `attn_temperature_tuning: 4` reads as on."""
+    text = _config("llama4_text")
+    config = {"model_type": "llama4", "architectures": ["Llama4ForConditionalGeneration"],
+              "text_config": {**text, "attn_temperature_tuning": 4},
+              "vision_config": {"model_type": "llama4_vision_model", "hidden_size": 32}}
+    d = tmp_path / "llama4"
+    d.mkdir()
+    (d / "config.json").write_text(json.dumps(config))
+    ckpt = open_safetensors(TINY / "llama4_text")
+    tensors = {f"language_model.{n}": ckpt.tensor(n) for n in ckpt.names()}
+    tensors["vision_model.patch_embedding.linear.weight"] = np.ones((32, 588), np.float32)
+    tensors["multi_modal_projector.linear_1.weight"] = np.ones((64, 32), np.float32)
+    save_file(tensors, str(d / "model.safetensors"))
+    ours = pretrained.load(d, attention="dense").model
+    plain = pretrained.load(TINY / "llama4_text", attention="dense").model
+    assert ours.config == plain.config
+    mine, theirs = nnx.to_flat_state(nnx.state(ours, nnx.Param)), nnx.to_flat_state(
+        nnx.state(plain, nnx.Param))
+    assert [p for p, _ in mine] == [p for p, _ in theirs]
+    for (_, a), (_, b) in zip(mine, theirs):
+        np.testing.assert_array_equal(np.asarray(a.get_value()), np.asarray(b.get_value()))

@@ -19,14 +19,15 @@ expert, the sigmoid top-k router.
 Config (transformers 5.x `Llama4TextConfig`): layer i rotates iff `no_rope_layers[i]` (default:
 every `no_rope_layer_interval`-th layer, 4, is NoPE); `layer_types` (default: "chunked_attention"
 on the RoPE layers when `attention_chunk_size` is set) gives the chunks; `use_qk_norm` puts the
-weightless L2-norm on q and k of the RoPE layers; `attn_temperature_tuning` scales the NoPE
-layers' queries by log(floor((p + 1) / floor_scale) + 1) * attn_scale + 1 (p: the query's
+weightless L2-norm on q and k of the RoPE layers; `attn_temperature_tuning` (true, or a
+non-zero int: the published configs carry 4) scales the NoPE layers' queries by log(floor((p + 1) / floor_scale) + 1) * attn_scale + 1 (p: the query's
 position; transformers uses the token's index in its cache, the same for one unpacked sequence);
 `moe_layers` (default: every `interleave_moe_layer_step`-th layer) run the experts, the others
 the dense MLP. RoPE is the interleaved (complex-pair) layout, with the llama3 scaling of the
 published configs, low_freq_factor == high_freq_factor included (`posenc_jax.encodings.hf`).
-The multimodal `llama4` checkpoints (vision tower beside `language_model.`) are not read. No GGUF
-reader.
+The multimodal `llama4` checkpoints (`Llama4ForConditionalGeneration`: the text model under
+`language_model.`, its `text_config` read) load their text model, the vision model and projector
+ignored; an export writes the text model (`Llama4ForCausalLM`). No GGUF reader.
 """
 
 from __future__ import annotations
@@ -84,7 +85,12 @@ def layer_pattern(flat: Mapping[str, Any], n: int, where: Any) -> tuple[list[dic
     if "chunked_attention" in types and chunk is None:
         raise refuse(where, "attention_chunk_size", None, "layer_types has chunked layers")
     qk_norm = boolean("use_qk_norm", flat.get("use_qk_norm", True))
-    tuning = boolean("attn_temperature_tuning", flat.get("attn_temperature_tuning", True))
+    tuning = flat.get("attn_temperature_tuning", True)
+    # the published Scout / Maverick configs carry 4 (Meta's own value; transformers 4.x reads
+    # it as true, 5.x's strict config refuses it): an int is on unless 0
+    tuning = (integer("attn_temperature_tuning", tuning, minimum=0) != 0
+              if isinstance(tuning, int) and not isinstance(tuning, bool)
+              else boolean("attn_temperature_tuning", tuning))
     pattern = []
     for rope, kind in zip(ropes, types):
         entry: dict = {} if rope else {"encoding": "nope"}
@@ -150,6 +156,7 @@ def export(cfg: Any, out: dict) -> None:
 
 FAMILY = Family(
     model_type="llama4_text",
+    aliases=("llama4",),
     defaults={"rms_norm_eps": 1e-5, "tie_word_embeddings": False, "hidden_act": "silu",
               "num_local_experts": 16, "num_experts_per_tok": 1, "intermediate_size": 8192},
     hf_tensors=(llama.EMBED_HEAD + llama.ATTENTION + qwen2.QKV_BIAS + (gpt_oss.O_BIAS,) + DENSE
