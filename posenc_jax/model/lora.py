@@ -14,7 +14,8 @@ same call outside the train step.
 
 Targets are the projections' leaf names (`TARGETS`: attention q/k/v/o, the MLP's gate, up,
 down); `input_axes` says how many leading axes of each are inputs: q/k/v [E, H, D] (1),
-o [H, D, E] (2), gate/up [E, F] (1), down [F, E] (1).
+o [H, D, E] (2), gate/up [E, F] (1), down [F, E] (1). A mixture of experts' stacked gate / up
+/ down [X, ...] (`posenc_jax.model.moe`) get one adapter per expert: A [X, I, r], B [X, r, O].
 
 Adapters are a nested dict with the params' structure down to each targeted weight, whose
 leaf becomes `{"a": [I, r], "b": [r, O]}` in `dtype` (float32 by default, whatever the
@@ -83,9 +84,11 @@ def _get(tree: Mapping, path: tuple) -> Any:
     return tree
 
 
-def _io(shape: tuple[int, ...], name: str) -> tuple[int, int]:
-    n = TARGETS[name]
-    return math.prod(shape[:n]), math.prod(shape[n:])
+def _io(shape: tuple[int, ...], name: str) -> tuple[tuple[int, ...], int, int]:
+    """(expert axes: (X,) for a MoE's stacked [X, E, F] gate / up / down, else (), I, O)."""
+    lead = shape[:1] if name in ("gate", "up", "down") and len(shape) == 3 else ()
+    n = len(lead) + TARGETS[name]
+    return lead, math.prod(shape[len(lead):n]), math.prod(shape[n:])
 
 
 def init(params: Mapping, *, rank: int, targets: Sequence[str], key: Array,
@@ -96,13 +99,13 @@ def init(params: Mapping, *, rank: int, targets: Sequence[str], key: Array,
     paths = targeted_paths(params, targets)
     out: dict = {}
     for i, path in enumerate(paths):
-        n_in, n_out = _io(tuple(_get(params, path).shape), path[-1])
+        lead, n_in, n_out = _io(tuple(_get(params, path).shape), path[-1])
         if rank > min(n_in, n_out):
             raise ValueError(f"rank={rank} exceeds the smaller side of "
                              f"{'/'.join(map(str, path))} ({n_in} x {n_out})")
-        a = jax.random.normal(jax.random.fold_in(key, i), (n_in, rank), dtype)
+        a = jax.random.normal(jax.random.fold_in(key, i), (*lead, n_in, rank), dtype)
         _set(out, path, {"a": a / jnp.sqrt(jnp.asarray(n_in, dtype)),
-                         "b": jnp.zeros((rank, n_out), dtype)})
+                         "b": jnp.zeros((*lead, rank, n_out), dtype)})
     return out
 
 
@@ -117,7 +120,7 @@ def merge(params: Mapping, adapters: Mapping, *, rank: int, alpha: float) -> dic
         except (KeyError, TypeError):
             ab = None
         if ab is not None:
-            delta = jnp.einsum("ir,ro->io", ab["a"].astype(jnp.float32),
+            delta = jnp.einsum("...ir,...ro->...io", ab["a"].astype(jnp.float32),
                                ab["b"].astype(jnp.float32))
             w = (w.astype(jnp.float32) + scale * delta.reshape(w.shape)).astype(w.dtype)
         _set(merged, path, w)

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from posenc_jax.model import moe
+from posenc_jax.model import lora, moe
 from posenc_jax.model.kv_cache import init_cache
 from posenc_jax.model.mlp import SWIGLU_ALPHA, SWIGLU_LIMIT
 from posenc_jax.model.transformer import Transformer, TransformerConfig, complete_rules
@@ -180,29 +180,39 @@ def model():
 TOKENS = jnp.arange(16, dtype=jnp.int32).reshape(2, 8) * 5 % 32
 
 
+@nnx.jit
+def _hidden_and_aux(model, tokens):
+    return model.hidden_states_and_aux(tokens)
+
+
+@nnx.jit
+def _cached(model, tokens, cache):
+    return model(tokens, cache=cache)
+
+
 def test_model_has_moe_only_where_asked(model):
     kinds = [type(b.mlp).__name__ for b in model.layers]
     assert kinds == ["MLP", "MoE", "MLP", "MoE"]
     assert model.layers[1].mlp.up[...].shape == (4, 16, 8)
     assert model.layers[1].mlp.up.out_sharding == ("expert", "embed", "mlp")
-    _, aux = model.hidden_states_and_aux(TOKENS)
+    _, aux = _hidden_and_aux(model, TOKENS)
     assert 1.0 < float(aux) < 4.0    # mean over the two MoE layers; k = 2 when even
 
 
 def test_scan_equals_loop(model):
     scanned = Transformer(TransformerConfig(**BASE, **MOE, scan_layers=True), rngs=nnx.Rngs(0))
-    (h1, a1), (h2, a2) = (m.hidden_states_and_aux(TOKENS) for m in (model, scanned))
+    (h1, a1), (h2, a2) = (_hidden_and_aux(m, TOKENS) for m in (model, scanned))
     np.testing.assert_allclose(h1, h2, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(a1, a2, rtol=1e-6)
 
 
 def test_kv_cache_decoding_equals_the_full_forward(model):
-    full = model(TOKENS)
+    full = model.head(_hidden_and_aux(model, TOKENS)[0])
     cache = init_cache(model, batch_size=2, max_len=8)
-    logits, cache = model(TOKENS[:, :5], cache=cache)
+    logits, cache = _cached(model, TOKENS[:, :5], cache)
     steps = [logits]
     for t in range(5, 8):
-        logits, cache = model(TOKENS[:, t:t + 1], cache=cache)
+        logits, cache = _cached(model, TOKENS[:, t:t + 1], cache)
         steps.append(logits)
     np.testing.assert_allclose(jnp.concatenate(steps, axis=1), full, rtol=1e-4, atol=1e-4)
 
@@ -224,3 +234,17 @@ def test_experts_sharded_over_a_mesh_axis_equal_one_device(model):
         got = jax.jit(jax.value_and_grad(loss))(sharded, TOKENS)
     for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_lora_adapts_each_expert_on_its_own(model):
+    params = nnx.to_pure_dict(nnx.state(model, nnx.Param))
+    adapters = lora.init(params, rank=2, targets=("up",), key=jax.random.key(0))
+    ab = adapters["layers"][1]["mlp"]["up"]
+    assert ab["a"].shape == (4, 16, 2) and ab["b"].shape == (4, 2, 8)
+    assert adapters["layers"][0]["mlp"]["up"]["a"].shape == (16, 2)   # the dense layer
+    ab["b"] = jax.random.normal(jax.random.key(1), ab["b"].shape)
+    merged = lora.merge(params, adapters, rank=2, alpha=4.0)["layers"][1]["mlp"]["up"]
+    w = params["layers"][1]["mlp"]["up"]
+    for x in range(4):
+        np.testing.assert_allclose(merged[x], w[x] + 2.0 * ab["a"][x] @ ab["b"][x], rtol=1e-5,
+                                   atol=1e-6)
