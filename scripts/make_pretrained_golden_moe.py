@@ -87,9 +87,7 @@ def _randomize(model: torch.nn.Module, family: str) -> None:
         for name, p in model.named_parameters():
             if p.ndim == 1 and "norm" in name:
                 p.copy_(1.0 + 0.3 * torch.randn_like(p))
-            elif p.ndim == 1:  # biases, sinks
-                p.copy_(0.5 * torch.randn_like(p))
-            elif name.endswith("_bias"):  # gpt-oss expert biases [E, F] / [E, D]
+            elif p.ndim == 1 or name.endswith("_bias"):  # biases, sinks, expert biases [X, F]
                 p.copy_(0.5 * torch.randn_like(p))
             elif "embed_tokens" in name:
                 p.copy_(torch.randn_like(p))

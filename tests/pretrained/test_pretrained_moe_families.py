@@ -115,8 +115,8 @@ def _config(family):
      r"quantization_config \(quant_method='mxfp4'\) is not supported"),
     ("gpt_oss", {"layer_types": ["sliding_attention"]}, r"config layer_types=\['sliding"),
     ("gpt_oss", {"num_experts_per_tok": 5}, r"num_experts_per_tok=5 .*at most num_local_"),
-    ("llama4_text", {"no_rope_layers": [1, 1, 1]}, r"no_rope_layers=\[1, 1, 1\] .*one entry per "
-     r"layer \(num_hidden_layers=4\)"),
+    ("llama4_text", {"no_rope_layers": [1, 1, 1]},
+     r"no_rope_layers=\[1, 1, 1\] .*one entry per layer \(num_hidden_layers=4\)"),
     ("llama4_text", {"layer_types": ["chunked_attention"] * 3 + ["sliding_attention"]},
      r"config layer_types=.* \(entries 'chunked_attention' or 'full_attention'\)"),
     ("llama4_text", {"attention_chunk_size": None, "layer_types": ["chunked_attention"] * 4},

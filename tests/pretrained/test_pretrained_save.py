@@ -178,8 +178,8 @@ REFUSED = [
       r"False\)")),
     ({"embed_scale": None, "sliding_window": [4, 8]}, r"sliding_window=\[4, 8\] has several"),
     ({"embed_scale": None, "attention_sinks": True},
-     r"attention_sinks=True \(gpt-oss / Llama 4 features\): model_type='llama' has no config "
-     r"key for it \(the families that have one: attention_sinks=True: gpt_oss\)"),
+     (r"attention_sinks=True \(gpt-oss / Llama 4 features\): model_type='llama' has no config "
+      r"key for it \(the families that have one: attention_sinks=True: gpt_oss\)")),
     ({"embed_scale": None, "attention_chunk": 8},
      r"attention_chunk \(gpt-oss / Llama 4 .*attention_chunk: llama4_text\)"),
     ({"embed_scale": None, "o_bias": True}, r"o_bias=True \(.*o_bias=True: gpt_oss, llama4_text"),
