@@ -253,3 +253,70 @@ def test_the_multimodal_llama4_checkpoint_loads_its_text_model(tmp_path):
     assert [p for p, _ in mine] == [p for p, _ in theirs]
     for (_, a), (_, b) in zip(mine, theirs):
         np.testing.assert_array_equal(np.asarray(a.get_value()), np.asarray(b.get_value()))
+
+
+#: The published configs (gpt-oss-20b's config.json less its MXFP4 `quantization_config`, as
+#: the bfloat16 re-exports carry it; Llama-4-Scout-17B-16E's text_config), cut to 4 layers.
+GPT_OSS_20B = {
+    "architectures": ["GptOssForCausalLM"], "attention_bias": True, "attention_dropout": 0.0,
+    "eos_token_id": 200002, "experts_per_token": 4, "head_dim": 64, "hidden_act": "silu",
+    "hidden_size": 2880, "initial_context_length": 4096, "initializer_range": 0.02,
+    "intermediate_size": 2880, "layer_types": ["sliding_attention", "full_attention"] * 2,
+    "max_position_embeddings": 131072, "model_type": "gpt_oss", "num_attention_heads": 64,
+    "num_experts_per_tok": 4, "num_hidden_layers": 4, "num_key_value_heads": 8,
+    "num_local_experts": 32, "output_router_logits": False, "pad_token_id": 199999,
+    "rms_norm_eps": 1e-05, "rope_scaling": {
+        "beta_fast": 32.0, "beta_slow": 1.0, "factor": 32.0,
+        "original_max_position_embeddings": 4096, "rope_type": "yarn", "truncate": False},
+    "rope_theta": 150000, "router_aux_loss_coef": 0.9, "sliding_window": 128,
+    "swiglu_limit": 7.0, "tie_word_embeddings": False, "use_cache": True, "vocab_size": 201088}
+SCOUT_TEXT = {
+    "attention_bias": False, "attention_chunk_size": 8192, "attention_dropout": 0.0,
+    "attn_scale": 0.1, "attn_temperature_tuning": 4, "bos_token_id": 200000,
+    "eos_token_id": [200001, 200007, 200008], "floor_scale": 8192, "head_dim": 128,
+    "hidden_act": "silu", "hidden_size": 5120, "interleave_moe_layer_step": 1,
+    "intermediate_size": 8192, "intermediate_size_mlp": 16384,
+    "max_position_embeddings": 10485760, "model_type": "llama4_text",
+    "no_rope_layers": [1, 1, 1, 0], "num_attention_heads": 40, "num_experts_per_tok": 1,
+    "num_hidden_layers": 4, "num_key_value_heads": 8, "num_local_experts": 16,
+    "pad_token_id": 200018, "rms_norm_eps": 1e-05, "rope_scaling": {
+        "factor": 16.0, "high_freq_factor": 1.0, "low_freq_factor": 1.0,
+        "original_max_position_embeddings": 8192, "rope_type": "llama3"},
+    "rope_theta": 500000.0, "router_aux_loss_coef": 0.001, "router_jitter_noise": 0.0,
+    "use_qk_norm": True, "vocab_size": 202048}
+
+
+@pytest.mark.parametrize("config, prefix, shapes", [
+    (GPT_OSS_20B, "model.", {
+        "model.layers.0.self_attn.q_proj.weight": (4096, 2880),
+        "model.layers.0.self_attn.sinks": (64,),
+        "model.layers.1.self_attn.o_proj.bias": (2880,),
+        "model.layers.0.mlp.router.weight": (32, 2880),
+        "model.layers.0.mlp.experts.gate_up_proj": (32, 2880, 5760),
+        "model.layers.0.mlp.experts.gate_up_proj_bias": (32, 5760),
+        "model.layers.0.mlp.experts.down_proj": (32, 2880, 2880)}),
+    ({"model_type": "llama4", "text_config": SCOUT_TEXT}, "language_model.model.", {
+        "language_model.model.layers.0.self_attn.k_proj.weight": (1024, 5120),
+        "language_model.model.layers.3.feed_forward.router.weight": (16, 5120),
+        "language_model.model.layers.3.feed_forward.experts.gate_up_proj": (16, 5120, 16384),
+        "language_model.model.layers.3.feed_forward.experts.down_proj": (16, 8192, 5120),
+        "language_model.model.layers.3.feed_forward.shared_expert.gate_proj.weight": (8192, 5120),
+        "language_model.lm_head.weight": (202048, 5120)}),
+], ids=["gpt-oss-20b", "llama-4-scout"])
+def test_the_published_configs_read_to_the_published_tensor_shapes(config, prefix, shapes):
+    """The published config.json files are read (top-level 4.x `rope_scaling`, Scout's
+    `attn_temperature_tuning: 4`, a multimodal wrapper) and the plan expects the tensor names
+    and shapes transformers' classes give them (written from those classes, not read from the
+    real files, which are not here); the model stays abstract."""
+    kw = config_kwargs(config, where="published")
+    plan = targets(TransformerConfig(**kw), by_model_type(config["model_type"]), prefix)
+    assert {n: plan[n].hf_shape for n in shapes} == shapes
+    if config["model_type"] == "gpt_oss":
+        assert kw["sliding_window"] == [128, None] * 2 and kw["experts_per_token"] == 4
+        with pytest.raises(ValueError, match=r"quant_method='mxfp4'"):
+            config_kwargs({**config, "quantization_config": {"quant_method": "mxfp4"}},
+                          where="published")
+    else:
+        assert kw["layer_pattern"][3] == {"encoding": "nope", "temperature": True}
+        assert kw["attn_temperature"] == {"floor_scale": 8192.0, "attn_scale": 0.1}
+        assert kw["moe_layers"] == (0, 1, 2, 3) and kw["experts_per_token"] == 1
