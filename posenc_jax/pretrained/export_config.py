@@ -13,7 +13,7 @@ FIRE, CoPE, ...), NoPE layers (but Llama 4's), per-layer encodings outside Gemma
 full pattern, RoPE variants transformers has no key for (a layout other than the family's:
 rotate-half, Llama 4's interleaved pairs; p-RoPE, Resonance, partial rotary in a full-rotary
 family, a scaling method transformers lacks), bidirectional attention, the ungated GELU MLP,
-and the `FEATURES` the family does not express (`Family.expresses`: gpt-oss's sinks and o_proj
+and the features the family does not express (`export_features`, `Family.expresses`: gpt-oss's sinks and o_proj
 bias; Llama 4's chunks, QK L2-norm, temperature and NoPE layers) -- with a message naming the
 part. A family's own keys (MoE, layer pattern) are written by its record's `export` (or
 `moe_export`) and checked by the same read-back, which compares the MoE settings too.
@@ -33,9 +33,10 @@ from posenc_jax.encodings.hf.families import family_of
 from posenc_jax.encodings.rope import RoPE
 from posenc_jax.model.config import TransformerConfig
 from posenc_jax.model.features import embed_multiplier, softmax_scale
+from posenc_jax.pretrained.export_features import unheld
 from posenc_jax.pretrained.families import FAMILIES, Family, by_model_type, claimed, config_kwargs
 
-__all__ = ["FEATURES", "HF_ROPE_TYPES", "check_expressible", "choose_model_type", "hf_config"]
+__all__ = ["HF_ROPE_TYPES", "check_expressible", "choose_model_type", "hf_config"]
 
 #: The `rope_type`s transformers' causal LMs compute (modeling_rope_utils, 4.57 and 5.24).
 HF_ROPE_TYPES = ("default", "linear", "dynamic", "yarn", "longrope", "llama3")
@@ -46,19 +47,6 @@ _SAME = ("vocab_size", "num_layers", "embed_dim", "num_heads", "mlp_dim", "num_k
          "qk_norm", "post_norms", "sliding_window", "final_logit_softcap", "num_experts",
          "experts_per_token", "moe_mlp_dim", "router", "router_bias", "expert_bias",
          "shared_expert_mlp_dim", "moe_layers", "o_bias", "attention_sinks")
-#: The features only some families' config.json can hold (`Family.expresses`): fn(cfg) -> what
-#: a refusal names when the model uses it, else None.
-FEATURES = {
-    "sinks": lambda cfg: "attention_sinks=True" if cfg.attention_sinks else None,
-    "sink_tokens": lambda cfg: f"sink_tokens={cfg.sink_tokens}" if cfg.sink_tokens else None,
-    "o_bias": lambda cfg: "o_bias=True" if cfg.o_bias else None,
-    "chunk": lambda cfg: "attention_chunk" if any(
-        s.chunk is not None for s in cfg.layer_specs) else None,
-    "qk_l2_norm": lambda cfg: "qk_l2_norm" if any(s.qk_l2_norm for s in cfg.layer_specs)
-    else None,
-    "temperature": lambda cfg: "attn_temperature" if any(
-        s.temperature is not None for s in cfg.layer_specs) else None,
-}
 
 
 def _refuse(part: str, why: str) -> ValueError:
@@ -135,27 +123,13 @@ def check_expressible(cfg: TransformerConfig, family: Family | None = None) -> N
     if cfg.mlp_activation == "gelu":
         raise _refuse("mlp_activation='gelu'", "(an ungated MLP): the families exported here "
                       "have gated MLPs ('swiglu', 'geglu')")
-    _check_attention_features(cfg, family)
+    found = unheld(cfg, family)  # sinks, o_proj bias, chunks, L2-norm, temperature
+    if found:
+        raise _refuse(*found)
     scale = embed_multiplier(cfg)
     if scale is not None and cfg.embed_scale != "sqrt":
         raise _refuse(f"embed_scale={cfg.embed_scale!r}", "(a constant other than sqrt(E)): "
                       "Gemma scales by sqrt(hidden_size), the others not at all")
-
-
-def _check_attention_features(cfg: TransformerConfig, family: Family | None) -> None:
-    """Refuses what the family's config.json has no key for (`FEATURES` less the family's
-    `expresses`): learned sinks, sink tokens, an output-projection bias, chunked attention,
-    QK L2-norm, query temperature (an export would drop them without a
-    word), naming the families that can hold each."""
-    can = frozenset() if family is None else family.expresses
-    found = {name: FEATURES[name](cfg) for name in FEATURES
-             if FEATURES[name](cfg) is not None and name not in can}
-    if found:
-        target = f"model_type={family.model_type!r}" if family is not None else "the family"
-        where = "; ".join(f"{label}: {_names(f for f in FAMILIES if n in f.expresses) or 'none'}"
-                          for n, label in found.items())
-        raise _refuse(", ".join(found.values()), f"(gpt-oss / Llama 4 features): {target} has "
-                      f"no config key for it (the families that have one: {where})")
 
 
 def choose_model_type(cfg: TransformerConfig, hint: str | None = None) -> str:

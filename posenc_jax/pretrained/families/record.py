@@ -107,7 +107,7 @@ class Family:
     claims: fn(TransformerConfig) -> bool, whether an export without a named family picks this
     one (asked in the registry's order), None: only when named;
     expresses: the features beyond the shared decoder an export as this family can write
-    (`export_config.FEATURES`: "sinks", "o_bias", "chunk", "qk_l2_norm", "temperature"; and
+    (`export_features.FEATURES`: "sinks", "o_bias", "chunk", "qk_l2_norm", "temperature"; and
     "nope": NoPE layers); export: fn(TransformerConfig, config dict) writing their keys (the draft is
     read back and compared, so a key it gets wrong is a refusal, never a silent change);
     moe: fn(flat config.json dict) -> the TransformerConfig MoE kwargs (num_experts, router,
