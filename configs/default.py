@@ -49,7 +49,12 @@ def model_config(**overrides) -> ml_collections.ConfigDict:
         "encoding_kwargs": ml_collections.ConfigDict(), "attention": backends.DENSE,
         "context_mode": "ring",
         "block_size": 512, "causal": True, "tie_embeddings": True, "dtype": "float32",
-        "param_dtype": "float32", "norm_eps": 1e-6, "scan_layers": False, "remat": "none"})
+        "param_dtype": "float32", "norm_eps": 1e-6, "scan_layers": False, "remat": "none",
+        # mixture of experts (posenc_jax.model.moe); num_experts=0: the dense MLP
+        "num_experts": 0, "experts_per_token": 2, "moe_mlp_dim": config_dict.placeholder(int),
+        "router": "softmax_topk_norm", "router_bias": False, "expert_bias": False,
+        "shared_expert_mlp_dim": 0,
+        "moe_layers": config_dict.placeholder(tuple), "moe_aux_loss_coef": 0.0})
     model.update(overrides)
     return model
 

@@ -2,8 +2,8 @@
 
 Written with tensorboardX (no TensorFlow; clu's `metric_writers` package imports TensorFlow on
 import, and its only other TensorBoard writer needs torch). Tags: `train/loss`,
-`train/learning_rate`, `train/grad_norm`, `train/tokens_per_sec`, and the evaluations'
-`eval/<len>/loss`, `eval/<len>/ppl`, each at the record's `step`.
+`train/learning_rate`, `train/grad_norm`, `train/tokens_per_sec`, `train/moe_aux_loss` (a MoE
+model), and the evaluations' `eval/<len>/loss`, `eval/<len>/ppl`, each at the record's `step`.
 
 Resuming: like `metrics.jsonl`, a run resumed from step S first drops the events of steps after
 S from the existing event files (written by a run killed after its checkpoint; the events of
@@ -30,7 +30,7 @@ from tensorboardX.proto import event_pb2
 from tensorboardX.record_writer import masked_crc32c
 
 #: metrics.jsonl keys written under `train/`; keys with a `/` (the evaluations) keep their name.
-TRAIN_KEYS = ("loss", "learning_rate", "grad_norm", "tokens_per_sec")
+TRAIN_KEYS = ("loss", "learning_rate", "grad_norm", "tokens_per_sec", "moe_aux_loss")
 _PATTERN = "events.out.tfevents.*"
 
 
