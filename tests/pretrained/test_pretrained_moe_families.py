@@ -198,6 +198,14 @@ def test_export_refuses_what_the_named_family_cannot_hold(tmp_path):
     with pytest.raises(ValueError, match=r"layer 1's \(window, chunk, qk_l2_norm, temperature, "
                        r"moe\) \(None, None, False, None, False\) \(reads back as"):
         hf_config(dataclasses.replace(cfg, moe_layers=(0,)), "gpt_oss")
+    with pytest.raises(ValueError, match=r"sliding_window=\[4, 8\] has several window sizes"):
+        hf_config(dataclasses.replace(cfg, sliding_window=(4, 8)), "gpt_oss")
+    llama4 = pretrained.load(TINY / "llama4_text", attention="dense").model.config
+    with pytest.raises(ValueError, match=r"attention_chunk_size would need several values "
+                       r"\[4, 8\]; a transformers config has one"):
+        hf_config(dataclasses.replace(llama4, attention_chunk=(4, 8, 8, None), layer_pattern=[
+            {k: v for k, v in dict(e).items() if k != "chunk"} for e in llama4.layer_pattern]),
+            "llama4_text")
 
 
 def test_export_writes_the_class_keys_transformers_reads():

@@ -33,7 +33,7 @@ from typing import Any
 
 from posenc_jax.checks import finite_float, json_count
 from posenc_jax.pretrained.families import llama, qwen2
-from posenc_jax.pretrained.families.moe_keys import moe_kwargs, refuse, refuse_quantized
+from posenc_jax.pretrained.families.moe_keys import moe_kwargs, refuse, refuse_quantized, single
 from posenc_jax.pretrained.families.record import Family, Row
 from posenc_jax.pretrained.families.transforms import SAME, TRANSPOSE
 
@@ -88,10 +88,9 @@ def extra(flat: Mapping[str, Any], out: dict, where: Any) -> None:
 def export(cfg: Any, out: dict) -> None:
     """gpt-oss's keys for `cfg` (read back by `extra` and compared by the exporter)."""
     windows = cfg.sliding_window or (None,) * cfg.num_layers
-    sizes = sorted({w for w in windows if w is not None})
     out.update(attention_bias=cfg.o_bias, num_local_experts=cfg.num_experts,
                num_experts_per_tok=cfg.experts_per_token, intermediate_size=cfg.moe_mlp_dim,
-               sliding_window=sizes[0] if len(sizes) == 1 else sizes or None,
+               sliding_window=single("sliding_window", windows),
                layer_types=["full_attention" if w is None else "sliding_attention"
                             for w in windows], **SWIGLU,
                output_router_logits=cfg.moe_aux_loss_coef > 0,

@@ -37,7 +37,7 @@ from typing import Any
 
 from posenc_jax.checks import boolean, finite_float, integer, json_count
 from posenc_jax.pretrained.families import gpt_oss, llama, qwen2
-from posenc_jax.pretrained.families.moe_keys import moe_kwargs, refuse, refuse_quantized
+from posenc_jax.pretrained.families.moe_keys import moe_kwargs, refuse, refuse_quantized, single
 from posenc_jax.pretrained.families.record import Family, Row
 from posenc_jax.pretrained.families.transforms import SAME, TRANSPOSE
 
@@ -137,15 +137,15 @@ def extra(flat: Mapping[str, Any], out: dict, where: Any) -> None:
 def export(cfg: Any, out: dict) -> None:
     """Llama 4's keys for `cfg` (read back by `extra` and compared by the exporter)."""
     specs = cfg.layer_specs
-    chunks = sorted({s.chunk for s in specs if s.chunk is not None})
-    temps = sorted({s.temperature for s in specs if s.temperature is not None})
-    floor, scale = temps[0] if len(temps) == 1 else (8192, 0.1)
+    temperature = single("floor_scale / attn_scale", [s.temperature for s in specs])
+    floor, scale = temperature or (8192, 0.1)
     out.update(
         attention_bias=cfg.o_bias, no_rope_layers=[int(s.encoding[0] != "nope") for s in specs],
         layer_types=["full_attention" if s.chunk is None else "chunked_attention"
                      for s in specs],
-        attention_chunk_size=chunks[0] if len(chunks) == 1 else chunks or None,
-        use_qk_norm=any(s.qk_l2_norm for s in specs), attn_temperature_tuning=bool(temps),
+        attention_chunk_size=single("attention_chunk_size", [s.chunk for s in specs]),
+        use_qk_norm=any(s.qk_l2_norm for s in specs),
+        attn_temperature_tuning=temperature is not None,
         floor_scale=int(floor) if float(floor).is_integer() else floor, attn_scale=scale,
         intermediate_size=cfg.moe_mlp_dim or cfg.mlp_dim, intermediate_size_mlp=cfg.mlp_dim,
         num_local_experts=cfg.num_experts, num_experts_per_tok=cfg.experts_per_token,

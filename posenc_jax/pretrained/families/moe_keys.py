@@ -6,7 +6,8 @@
                                            (transformers adds the auxiliary loss only then)
 
 A quantized checkpoint (`quantization_config`, e.g. gpt-oss's MXFP4 `*_blocks` / `*_scales`
-tensors) is refused, naming the method: load a dequantized (bfloat16) export.
+tensors) is refused, naming the method: load a dequantized (bfloat16) export. `single` is the
+exporters' check that a per-layer setting has the one value a config.json key can hold.
 """
 
 from __future__ import annotations
@@ -16,12 +17,22 @@ from typing import Any
 
 from posenc_jax.checks import finite_float, json_count
 
-__all__ = ["moe_kwargs", "refuse", "refuse_quantized"]
+__all__ = ["moe_kwargs", "refuse", "refuse_quantized", "single"]
 
 
 def refuse(where: Any, key: str, value: Any, allowed: str) -> ValueError:
     """The ValueError for a config setting a record cannot compute, naming the key."""
     return ValueError(f"{where}: config {key}={value!r} is not supported here ({allowed})")
+
+
+def single(key: str, values: Any) -> Any:
+    """The one value among `values` (None when there is none); several: the exporter's
+    ValueError naming the config key."""
+    found = sorted({v for v in values if v is not None})
+    if len(found) > 1:
+        raise ValueError(f"cannot export this model as a transformers checkpoint: {key} would "
+                         f"need several values {found}; a transformers config has one")
+    return found[0] if found else None
 
 
 def refuse_quantized(flat: Mapping[str, Any], where: Any) -> None:
