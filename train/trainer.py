@@ -28,6 +28,7 @@ the host never waits for the device except at log, eval and checkpoint steps.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -40,12 +41,13 @@ from typing import Any
 import jax
 from jax.experimental import multihost_utils
 
+from posenc_jax.model.config import TransformerConfig
 from train import checkpoint as ckpt_lib
 from train import config_check, data, extension_eval, from_checkpoint, sharding
 from train import metrics as metrics_lib
 from train import state as state_lib
-from train.evaluation import evaluate, evaluate_params, load_model  # noqa: F401 (public API)
 from train.datasets.tokenized import check_vocabulary
+from train.evaluation import evaluate, evaluate_params, load_model  # noqa: F401 (public API)
 from train.runtime import Runtime
 from train.workdir_lock import WorkdirBusyError, WorkdirError, WorkdirLock, checked_workdir
 
@@ -93,16 +95,25 @@ USER_ERRORS = (WorkdirBusyError, WorkdirError, ConfigMismatchError,
                ckpt_lib.CheckpointError, NonFiniteLossError)
 
 
+_MODEL_DEFAULTS = {f.name: f.default for f in dataclasses.fields(TransformerConfig)
+                   if f.default is not dataclasses.MISSING}
+
+
 def _model_check(config, workdir: str):
-    """check_meta for `restore_latest`: refuses a checkpoint saved with another model."""
+    """check_meta for `restore_latest`: refuses a checkpoint saved with another model. A key
+    the saved config lacks (one added since, e.g. `num_experts`) counts as the
+    `TransformerConfig` default."""
     expected = json.loads(config.to_json_best_effort())["model"]
 
     def check(step: int, meta: dict) -> None:
         saved = (meta.get("config") or {}).get("model")
         if saved is None or saved == expected:
             return
+        saved = {**{k: v for k, v in _MODEL_DEFAULTS.items() if k in expected}, **saved}
         diff = [f"config.model.{k}={saved.get(k)!r} there, {expected.get(k)!r} here"
                 for k in sorted(set(saved) | set(expected)) if saved.get(k) != expected.get(k)]
+        if not diff:
+            return
         raise ConfigMismatchError(
             f"workdir {workdir} holds a checkpoint of another model (step {step}: "
             f"{'; '.join(diff)}); nothing was changed. Rerun with the original model config, "

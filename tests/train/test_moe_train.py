@@ -3,6 +3,7 @@ when moe_aux_loss_coef > 0 and nothing changes at 0, on 8 devices with the exper
 the data axis (tests/model/test_moe.py: the sharded model equals one device)."""
 
 import functools
+import json
 
 import jax
 import jax.numpy as jnp
@@ -11,7 +12,7 @@ import pytest
 from jax.sharding import PartitionSpec as P
 
 from configs import tiny
-from train import sharding, state, step
+from train import sharding, state, step, trainer
 
 MOE = {"num_experts": 4, "experts_per_token": 2, "moe_mlp_dim": 16, "moe_layers": (1,),
        "vocab_size": 64}
@@ -68,3 +69,15 @@ def test_accumulated_microbatches_give_the_same_update_at_zero_coef(runs):
     assert abs(float(m2["moe_aux_loss"]) - float(m1["moe_aux_loss"])) < 0.5
     for a, b in zip(jax.tree.leaves(p1), jax.tree.leaves(p2)):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=0, atol=5e-5)  # Adam, lr 1e-2
+
+
+def test_a_checkpoint_saved_before_the_moe_keys_still_resumes():
+    """Runs saved before num_experts & co. existed: a missing key counts as its default."""
+    config = tiny.get_config()
+    check = trainer._model_check(config, "w")
+    old = {k: v for k, v in json.loads(config.to_json_best_effort())["model"].items()
+           if "expert" not in k and not k.startswith(("moe_", "router"))}
+    check(3, {"config": {"model": old}})
+    with pytest.raises(trainer.ConfigMismatchError, match=r"config.model.num_experts=4 there, "
+                                                          r"0 here"):
+        check(3, {"config": {"model": {**old, "num_experts": 4}}})
