@@ -6,7 +6,6 @@ soft-cap's bound), and their validation errors."""
 import dataclasses
 import math
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -53,7 +52,7 @@ def np_gelu_tanh(x):
 def np_forward(model, tokens, positions=None):
     """float64 logits [B, L, V] of a NoPE model, feature by feature as transformers writes it."""
     cfg = model.config
-    b, t = tokens.shape
+    _, t = tokens.shape
     pos = np.arange(t) if positions is None else np.asarray(positions)
     x = _np(model.embedding)[np.asarray(tokens)]
     if cfg.embed_scale == "sqrt":
