@@ -106,6 +106,24 @@ def _check_context(config, model) -> None:
                 f"{encoding.name!r}, or an encoding without a RowBias")
 
 
+def _check_expert_rule(config, model) -> None:
+    """A MoE's stacked weights [X, E, F] carry ("expert", "embed", "mlp"): a mesh axis can split
+    one of their dimensions only (XLA's error would name neither the rule nor the weight)."""
+    if not model.num_experts:
+        return
+    rules = [(str(k), v if isinstance(v, (tuple, list)) else (v,))
+             for k, v in config.logical_axis_rules]
+    first = {k: {a for a in v if a is not None} for k, v in reversed(rules)}  # first rule wins
+    for other in ("embed", "mlp"):
+        shared = sorted(first.get("expert", set()) & first.get(other, set()))
+        if shared:
+            raise ValueError(
+                f"config.logical_axis_rules maps 'expert' and {other!r} both to the mesh axis "
+                f"{shared[0]!r}, but a MoE layer's stacked weights [X, E, F] carry both names "
+                "and a mesh axis splits one dimension of an array: map 'expert' to an axis "
+                "'embed' and 'mlp' do not use (e.g. 'data', expert parallelism) or to None")
+
+
 def check_config(config) -> None:
     """Raises TypeError/ValueError naming `config.<key>` for the first key that cannot work."""
     integer("config.seed", config.seed)
@@ -129,4 +147,6 @@ def check_config(config) -> None:
                          "(the checkpoint whose tokenizer reads the text)")
     _check_optimizer(config)
     _check_mesh(config)
-    _check_context(config, _check_model(config, _check_eval(config)))
+    model = _check_model(config, _check_eval(config))
+    _check_expert_rule(config, model)
+    _check_context(config, model)

@@ -100,7 +100,7 @@ class TransformerConfig:
       context_mode: "ring" or "all_gather": how attention gathers keys when the mesh and
         logical rules split the sequence ("length" -> a mesh axis of size > 1); see
         `posenc_jax.model.context_parallel`. Unused otherwise.
-      embed_scale, qkv_bias, qk_norm, norm_offset, post_norms, query_pre_attn_scalar,
+      embed_scale, qkv_bias, o_bias, qk_norm, norm_offset, post_norms, query_pre_attn_scalar,
         final_logit_softcap, attention_sinks, sink_tokens: what pretrained families need
         (Llama has no embedding scale: embed_scale=None); see `posenc_jax.model.features`.
       sliding_window, attention_chunk, layer_pattern, attn_temperature: per-layer settings
@@ -132,6 +132,7 @@ class TransformerConfig:
     context_mode: str = "ring"
     embed_scale: Any = "sqrt"
     qkv_bias: bool = False
+    o_bias: bool = False
     qk_norm: bool = False
     norm_offset: float = 0.0
     post_norms: bool = False

@@ -4,6 +4,8 @@
                            default, and Gemma's); None: unscaled (Llama, Mistral, Qwen); or a
                            positive number
     qkv_bias               biases on the q, k and v projections (Qwen2)
+    o_bias                 a bias on the output projection (param `o_bias` [E], logical axis
+                           "embed"; gpt-oss's attention_bias: q, k, v and o all carry one)
     qk_norm                RMSNorm over each head's q and k before the rotation (Qwen3, Gemma 3)
     norm_offset            every RMSNorm multiplies by (norm_offset + w): 0.0, or 1.0 for Gemma
     post_norms             RMSNorm on the attention output and on the MLP output before each
@@ -48,7 +50,7 @@ def check_features(config: Any, set_: Callable[[str, Any], None]) -> None:
             raise ValueError(f"embed_scale must be 'sqrt', None or a positive number, got "
                              f"embed_scale={scale!r}")
         set_("embed_scale", finite_float("embed_scale", scale, above=0.0))
-    for name in ("qkv_bias", "qk_norm", "post_norms", "attention_sinks"):
+    for name in ("qkv_bias", "o_bias", "qk_norm", "post_norms", "attention_sinks"):
         boolean(name, getattr(config, name))
     set_("norm_offset", finite_float("norm_offset", config.norm_offset))
     set_("query_pre_attn_scalar",

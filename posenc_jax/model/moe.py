@@ -186,7 +186,7 @@ class MoE(nnx.Module):
         flat = x.reshape(b * t, e)
         logits = jnp.einsum("ne,ex->nx", flat, self.router[...].astype(dt))
         if cfg.router_bias:
-            logits = logits + self.router_bias[...].astype(dt)
+            logits = logits + self.router_bias[...].astype(dt)[None]
         w, idx = route(logits, k=cfg.experts_per_token, router=cfg.router)
         y = dispatch(flat, w, idx, self.expert_weights(), activation=cfg.mlp_activation,
                      scale_input=cfg.router == "sigmoid_topk").reshape(b, t, e)

@@ -1,6 +1,7 @@
 """What some families do to q, k and v between the projections and the rotation.
 
     q = x W_q (+ b_q)      k = x W_k (+ b_k)      v = x W_v (+ b_v)      qkv_bias (Qwen2)
+    out = attn W_o (+ b_o)                                               o_bias (gpt-oss)
     q, k = rmsnorm_D(q), rmsnorm_D(k)                                    qk_norm (Qwen3, Gemma 3)
     q, k = q / rms_D(q), k / rms_D(k)              layer's qk_l2_norm (Llama 4, no weights)
     q = q * sqrt(D / query_pre_attn_scalar)                              query scale (Gemma)
@@ -9,8 +10,8 @@
 The query scale folds 1 / sqrt(query_pre_attn_scalar) into q, so attention keeps its
 1 / sqrt(D) (exact when query_pre_attn_scalar = D, as in Gemma 3 270M); the rotation is
 linear, so scaling before it is the same as scaling the logits. `add_qkv_features` creates
-the params on an `Attention` module (names q_bias, k_bias, v_bias [H|K, D]; q_norm, k_norm
-over D, logical axis "kv"); `apply_qkv_features` applies them to q [B, T, H, D] and
+the params on an `Attention` module (names q_bias, k_bias, v_bias [H|K, D]; o_bias [E]; q_norm,
+k_norm over D, logical axis "kv"); `apply_qkv_features` applies them to q [B, T, H, D] and
 k, v [B, T, K, D]. The per-layer L2-norm and temperature (`posenc_jax.model.layer_pattern`)
 act per position, so they commute with the rotation that follows (transformers' Llama 4
 applies them after it).
@@ -41,6 +42,8 @@ def add_qkv_features(module: nnx.Module, config) -> None:
         module.q_bias = param(jnp.zeros((h, d)), ("heads", "kv"), pd)
         module.k_bias = param(jnp.zeros((kh, d)), ("kv_heads", "kv"), pd)
         module.v_bias = param(jnp.zeros((kh, d)), ("kv_heads", "kv"), pd)
+    if config.o_bias:
+        module.o_bias = param(jnp.zeros((config.embed_dim,)), ("embed",), pd)
     if config.qk_norm:
         kw = {"eps": config.norm_eps, "param_dtype": pd, "offset": config.norm_offset,
               "axis": "kv"}

@@ -200,7 +200,10 @@ class Attention(nnx.Module):
                          block_k=cfg.block_size, rotated=not raw,
                          kernel_blocks=cfg.kernel_blocks, window=self.window, **masks)
         out = tag_attention(constrain(out, ("batch", "length", "heads", "kv")))
-        return jnp.einsum("bthd,hde->bte", out, self.o_proj[...].astype(dt)), new
+        y = jnp.einsum("bthd,hde->bte", out, self.o_proj[...].astype(dt))
+        if cfg.o_bias:
+            y = y + self.o_bias[...].astype(dt)[None, None]
+        return y, new
 
 
 class Block(nnx.Module):

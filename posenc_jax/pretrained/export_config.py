@@ -9,10 +9,14 @@ keys, and the result is checked by reading it forwards again (`families.config_k
 the config read back is not the model's (a feature the family cannot hold), `hf_config` raises
 a ValueError naming each field that differs. Before that, `check_expressible` refuses what no
 family here can express at all -- the positional encodings other than RoPE (ALiBi, T5, KERPLE,
-FIRE, CoPE, ...), NoPE layers, per-layer encodings outside Gemma 3's sliding / full pattern,
-RoPE variants transformers has no key for (interleaved layout, p-RoPE, Resonance, partial
-rotary in a full-rotary family, a scaling method transformers lacks), bidirectional attention,
-the ungated GELU MLP -- with a message naming the part.
+FIRE, CoPE, ...), NoPE layers (but Llama 4's), per-layer encodings outside Gemma 3's sliding /
+full pattern, RoPE variants transformers has no key for (a layout other than the family's:
+rotate-half, Llama 4's interleaved pairs; p-RoPE, Resonance, partial rotary in a full-rotary
+family, a scaling method transformers lacks), bidirectional attention, the ungated GELU MLP,
+and the features the family does not express (`export_features`, `Family.expresses`: gpt-oss's sinks and o_proj
+bias; Llama 4's chunks, QK L2-norm, temperature and NoPE layers) -- with a message naming the
+part. A family's own keys (MoE, layer pattern) are written by its record's `export` (or
+`moe_export`) and checked by the same read-back, which compares the MoE settings too.
 
 Format: transformers 5.x (`rope_parameters`, per layer type for Gemma 3); single-RoPE families
 also get the 4.x keys (`rope_theta`, `rope_scaling`), which 5.x reads as the same values.
@@ -25,9 +29,11 @@ from collections.abc import Mapping
 from typing import Any
 
 from posenc_jax._frozen import thaw
+from posenc_jax.encodings.hf.families import family_of
 from posenc_jax.encodings.rope import RoPE
 from posenc_jax.model.config import TransformerConfig
 from posenc_jax.model.features import embed_multiplier, softmax_scale
+from posenc_jax.pretrained.export_features import unheld
 from posenc_jax.pretrained.families import FAMILIES, Family, by_model_type, claimed, config_kwargs
 
 __all__ = ["HF_ROPE_TYPES", "check_expressible", "choose_model_type", "hf_config"]
@@ -40,7 +46,7 @@ _SAME = ("vocab_size", "num_layers", "embed_dim", "num_heads", "mlp_dim", "num_k
          "head_dim", "mlp_activation", "causal", "tie_embeddings", "norm_eps", "qkv_bias",
          "qk_norm", "post_norms", "sliding_window", "final_logit_softcap", "num_experts",
          "experts_per_token", "moe_mlp_dim", "router", "router_bias", "expert_bias",
-         "shared_expert_mlp_dim", "moe_layers")
+         "shared_expert_mlp_dim", "moe_layers", "o_bias", "attention_sinks")
 
 
 def _refuse(part: str, why: str) -> ValueError:
@@ -59,10 +65,11 @@ def _what(enc) -> str:
             "changes attention in a way no RoPE can express")
 
 
-def _check_rope(enc: RoPE, where: str, partial: bool) -> None:
-    if enc.layout != "half":
-        raise _refuse(f"{where}: layout={enc.layout!r}", "(transformers' Llama-style families "
-                      "rotate the two halves, layout='half')")
+def _check_rope(enc: RoPE, where: str, partial: bool, layout: str = "half") -> None:
+    if enc.layout != layout:
+        raise _refuse(f"{where}: layout={enc.layout!r}", f"(this family rotates layout="
+                      f"{layout!r}; transformers' Llama-style families rotate the two halves, "
+                      "Llama 4 interleaved pairs)")
     if enc.p_rope != 1.0 or enc.resonance:
         raise _refuse(f"{where}: p_rope={enc.p_rope}, resonance={enc.resonance}",
                       "has no transformers rope_parameters key")
@@ -98,39 +105,31 @@ def check_expressible(cfg: TransformerConfig, family: Family | None = None) -> N
         enc = cfg.layer_encoding(i)
         where = (f"encoding={cfg.encoding!r}" if cfg.layer_encodings is None
                  else f"layer_encodings[{i}]={enc.name!r}")
+        if enc.name == "nope" and family is not None and "nope" in family.expresses:
+            continue
         if not isinstance(enc, RoPE):
             what = "does not encode positions at all (NoPE)" if enc.name == "nope" else (
                 f"({_what(enc)})")
             raise _refuse(where, f"{what}: transformers' families exported here "
-                          f"({_names(FAMILIES)}) rotate q and k with RoPE in every layer; only "
-                          "'rope' layers can be exported")
-        _check_rope(enc, where, partial=family is not None and family.partial_rotary)
+                          f"({_names(FAMILIES)}) rotate q and k with RoPE in every layer (NoPE "
+                          f"layers: {_names(f for f in FAMILIES if 'nope' in f.expresses)}); "
+                          "only 'rope' layers can be exported")
+        hf = family_of(family.model_type) if family is not None else None
+        _check_rope(enc, where, partial=family is not None and family.partial_rotary,
+                    layout=hf.layout if hf is not None else "half")
     if not cfg.causal:
         raise _refuse("causal=False", "(bidirectional attention): the families exported here "
                       "are causal LMs")
     if cfg.mlp_activation == "gelu":
         raise _refuse("mlp_activation='gelu'", "(an ungated MLP): the families exported here "
                       "have gated MLPs ('swiglu', 'geglu')")
-    _check_attention_features(cfg)
+    found = unheld(cfg, family)  # sinks, o_proj bias, chunks, L2-norm, temperature
+    if found:
+        raise _refuse(*found)
     scale = embed_multiplier(cfg)
     if scale is not None and cfg.embed_scale != "sqrt":
         raise _refuse(f"embed_scale={cfg.embed_scale!r}", "(a constant other than sqrt(E)): "
                       "Gemma scales by sqrt(hidden_size), the others not at all")
-
-
-def _check_attention_features(cfg: TransformerConfig) -> None:
-    """Refuses what the exported families' config.json has no key for: chunked attention,
-    learned sinks, sink tokens, QK L2-norm, query temperature (gpt-oss / Llama 4 settings; an
-    export would drop them without a word)."""
-    found = [name for name, on in (
-        ("attention_sinks=True", cfg.attention_sinks),
-        (f"sink_tokens={cfg.sink_tokens}", cfg.sink_tokens),
-        ("attention_chunk", any(s.chunk is not None for s in cfg.layer_specs)),
-        ("qk_l2_norm", any(s.qk_l2_norm for s in cfg.layer_specs)),
-        ("attn_temperature", any(s.temperature is not None for s in cfg.layer_specs))) if on]
-    if found:
-        raise _refuse(", ".join(found), f"(gpt-oss / Llama 4 attention): the families exported "
-                      f"here ({_names(FAMILIES)}) have no config key for it")
 
 
 def choose_model_type(cfg: TransformerConfig, hint: str | None = None) -> str:
@@ -149,7 +148,9 @@ def _rope_dict(enc: RoPE) -> dict[str, Any]:
 
 
 def _single_rope(cfg: TransformerConfig) -> RoPE:
-    encs = {cfg.layer_encoding(i) for i in range(cfg.num_layers)}
+    """The one RoPE of the rotating layers (NoPE layers, where the family has them, aside)."""
+    encs = {cfg.layer_encoding(i) for i in range(cfg.num_layers)
+            if cfg.layer_encoding(i).name != "nope"}
     if len(encs) > 1:
         raise _refuse("layer_encodings", f"gives {len(encs)} different RoPEs to the layers; "
                       "only Gemma 3 has per-layer RoPE (one for its sliding-window layers, one "
@@ -241,9 +242,11 @@ def _draft(cfg: TransformerConfig, family: Family, base: Mapping[str, Any]) -> d
     implied.discard(None)
     if len(implied) == 1:
         out["max_position_embeddings"] = implied.pop()
-    enc = cfg.layer_encoding(0)
+    enc = cfg.layer_encoding(0) if family.gemma else _single_rope(cfg)
     if enc.max_position_embeddings is not None:
         out["max_position_embeddings"] = enc.max_position_embeddings
+    if family.export is not None:
+        family.export(cfg, out)
     return out
 
 
@@ -269,6 +272,13 @@ def _unrotated(enc):
 def _differences(cfg: TransformerConfig, back: TransformerConfig) -> list[str]:
     diff = [f"{k}={getattr(cfg, k)!r} (reads back as {getattr(back, k)!r})" for k in _SAME
             if getattr(cfg, k) != getattr(back, k)]
+    for i, (a, b) in enumerate(zip(cfg.layer_specs, back.layer_specs)):
+        mine = (a.window, a.chunk, a.qk_l2_norm, a.temperature, a.moe)
+        theirs = (b.window, b.chunk, b.qk_l2_norm, b.temperature, b.moe)
+        if mine != theirs:
+            diff.append(f"layer {i}'s (window, chunk, qk_l2_norm, temperature, moe) {mine} "
+                        f"(reads back as {theirs})")
+            break
     for what, fn in (("embedding scale", embed_multiplier), ("softmax scale", softmax_scale)):
         if fn(cfg) != fn(back):
             diff.append(f"{what} {fn(cfg)!r} (reads back as {fn(back)!r})")

@@ -6,7 +6,6 @@ soft-cap's bound), and their validation errors."""
 import dataclasses
 import math
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -53,7 +52,7 @@ def np_gelu_tanh(x):
 def np_forward(model, tokens, positions=None):
     """float64 logits [B, L, V] of a NoPE model, feature by feature as transformers writes it."""
     cfg = model.config
-    b, t = tokens.shape
+    _, t = tokens.shape
     pos = np.arange(t) if positions is None else np.asarray(positions)
     x = _np(model.embedding)[np.asarray(tokens)]
     if cfg.embed_scale == "sqrt":
@@ -82,6 +81,8 @@ def np_forward(model, tokens, positions=None):
         p = np.exp(s - s.max(-1, keepdims=True))
         p = p / p.sum(-1, keepdims=True)
         y = np.einsum("bhqk,bkhd,hde->bqe", p, v, _np(a.o_proj))
+        if cfg.o_bias:
+            y = y + _np(a.o_bias)
         if cfg.post_norms:
             y = np_rms(y, layer.post_attn_norm, cfg)
         x = x + y
@@ -117,6 +118,7 @@ FEATURES = {
     "embed_scale sqrt(E) (the old default, Gemma)": {"embed_scale": "sqrt"},
     "embed_scale 2.5": {"embed_scale": 2.5},
     "qkv_bias (Qwen2)": {"qkv_bias": True},
+    "q / k / v / o biases (gpt-oss's attention_bias)": {"qkv_bias": True, "o_bias": True},
     "qk_norm (Qwen3)": {"qk_norm": True},
     "Gemma norms (1 + w)": {"norm_offset": 1.0},
     "post_norms (Gemma 2/3)": {"post_norms": True},
@@ -227,6 +229,7 @@ def test_window_follows_explicit_positions_in_the_cache():
     ({"embed_scale": "sqrtE"}, ValueError, "embed_scale must be 'sqrt', None or a positive"),
     ({"embed_scale": -1.0}, ValueError, "embed_scale must be > 0.0"),
     ({"qkv_bias": 1}, TypeError, "qkv_bias must be a bool"),
+    ({"o_bias": "no"}, TypeError, "o_bias must be a bool"),
     ({"qk_norm": "yes"}, TypeError, "qk_norm must be a bool"),
     ({"post_norms": None}, TypeError, "post_norms must be a bool"),
     ({"norm_offset": float("nan")}, ValueError, "norm_offset must be finite"),

@@ -230,7 +230,7 @@ def _strings(path: pathlib.Path):
 
 
 #: The modules of `posenc_jax.pretrained.families` that are not a family's record.
-MACHINERY = ("__init__", "record", "transforms", "registry", "mapping")
+MACHINERY = ("__init__", "record", "transforms", "registry", "mapping", "moe_keys")
 
 
 def _record_modules() -> list[str]:

@@ -72,7 +72,7 @@ def test_phi3_short_and_long_factors_give_different_logits():
     np.testing.assert_allclose(golden["logits__default__first17"], full[:, :17], atol=1e-5)
 
 
-@pytest.mark.parametrize("family", ["llama", "gemma3_text", "phi3"])
+@pytest.mark.parametrize("family", ["llama", "gemma3_text", "phi3", "gpt_oss", "llama4_text"])
 def test_prefill_then_decode_equals_the_full_forward(family):
     lm = pretrained.load(TINY / family, attention="dense")
     tokens = jnp.asarray(np.load(TINY / family / "logits.npz")["token_ids"])

@@ -12,7 +12,7 @@ import pytest
 from jax.sharding import PartitionSpec as P
 
 from configs import tiny
-from train import sharding, state, step, trainer
+from train import config_check, sharding, state, step, trainer
 
 MOE = {"num_experts": 4, "experts_per_token": 2, "moe_mlp_dim": 16, "moe_layers": (1,),
        "vocab_size": 64}
@@ -81,3 +81,13 @@ def test_a_checkpoint_saved_before_the_moe_keys_still_resumes():
     with pytest.raises(trainer.ConfigMismatchError, match=r"config.model.num_experts=4 there, "
                                                           r"0 here"):
         check(3, {"config": {"model": {**old, "num_experts": 4}}})
+
+
+def test_an_expert_rule_sharing_embeds_mesh_axis_is_refused_by_name():
+    config = tiny.get_config()
+    config.model.num_experts, config.model.moe_mlp_dim = 4, 16
+    config_check.check_config(config)   # the default: expert -> None
+    config.logical_axis_rules = (("expert", "fsdp"), *config.logical_axis_rules)
+    with pytest.raises(ValueError, match=r"maps 'expert' and 'embed' both to the mesh axis "
+                                         r"'fsdp'"):
+        config_check.check_config(config)

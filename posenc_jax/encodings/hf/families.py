@@ -14,6 +14,8 @@ record says so for the `model_type`s it covers, as read in transformers 5.24's s
     mrope     None, "chunked" (Qwen2-VL, Qwen2.5-VL) or "interleaved" (Qwen3-VL, whatever its
               config's mrope_interleaved says)
     per_layer None, "gemma3" or "gemma4": RoPE per `layer_types` entry
+    layout    "half" (rotate_half, pairs (i, i + D/2)) or "interleaved": Llama 4's complex
+              pairs (2i, 2i + 1) (`view_as_complex`); DeepSeek's MLA says so in its config
     defaults  config keys the class fills in when config.json omits them
 """
 
@@ -32,6 +34,7 @@ class Family:
     mrope: str | None = None
     per_layer: str | None = None
     defaults: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    layout: str = "half"
 
 
 _FULL = Family()
@@ -63,6 +66,12 @@ FAMILIES: dict[str, Family] = {
     "qwen2_vl_text": Family(mrope="chunked", defaults={"mrope_section": [16, 24, 24]}),
     "qwen2_5_vl_text": Family(mrope="chunked", defaults={"mrope_section": [16, 24, 24]}),
     "deepseek_v3": Family(apply="mla", defaults={"rope_interleave": True}),
+    # GptOssConfig's rope default (when config.json has none): YaRN x32, no truncation
+    "gpt_oss": Family(defaults={"rope_theta": 150000.0, "rope_parameters": {
+        "rope_type": "yarn", "factor": 32.0, "beta_fast": 32.0, "beta_slow": 1.0,
+        "truncate": False, "original_max_position_embeddings": 4096}}),
+    **dict.fromkeys(("llama4", "llama4_text"),
+                    Family(layout="interleaved", defaults={"rope_theta": 500000.0})),
 }
 
 

@@ -289,7 +289,7 @@ def read_layer(config: Mapping[str, Any], layer_type: str | None = None) -> Laye
     mla = family is not None and family.apply == "mla"
     interleave = flat.get("rope_interleave") if mla else None  # null: the half layout
     layout = "interleaved" if interleave is not None and boolean(
-        "rope_interleave", interleave) else "half"
+        "rope_interleave", interleave) else family.layout if family is not None else "half"
     kwargs = {"head_dim": head_dim, "rotary_dim": rotary_dim, "base": base, "scaling": scaling,
               "max_position_embeddings": max_len,
               "layout": layout, **mrope}

@@ -77,7 +77,8 @@ def config_kwargs(config: Mapping[str, Any], *, where: Any) -> dict[str, Any]:
     """Keyword arguments of `TransformerConfig` for a family's config.json dict.
 
     Raises ValueError naming `where` for an unsupported model_type, activation, attention
-    soft-capping, bidirectional attention or MLP / output biases."""
+    soft-capping, bidirectional attention, MLP biases or attention biases in a family whose
+    class has none on o_proj; then the record's own `extra` (MoE, per-layer patterns)."""
     family, flat, model_type = family_of_config(config, where)
     out = transformer_config_kwargs({**flat, "model_type": model_type})
     act = flat.get(family.activation_key)
@@ -87,10 +88,15 @@ def config_kwargs(config: Mapping[str, Any], *, where: Any) -> dict[str, Any]:
     for key in ("mlp_bias", "attn_logit_softcapping", "use_bidirectional_attention"):
         if flat.get(key):
             raise _unsupported(where, key, flat[key], "only false / null")
-    if flat.get("attention_bias"):  # o_proj would carry a bias too
-        raise _unsupported(where, "attention_bias", flat["attention_bias"], "only false")
-    out.update(mlp_activation=family.activations[act], qkv_bias=family.qkv_bias,
-               qk_norm=family.qk_norm,
+    bias = flat.get("attention_bias")
+    if bias is not None and not isinstance(bias, bool):
+        raise TypeError(f"{where}: config.json attention_bias must be true or false, got "
+                        f"{bias!r} ({type(bias).__name__})")
+    if bias and not family.attention_bias:  # o_proj would carry a bias too
+        raise _unsupported(where, "attention_bias", bias, "only false")
+    bias = bool(bias) and family.attention_bias
+    out.update(mlp_activation=family.activations[act], qkv_bias=family.qkv_bias or bias,
+               o_bias=bias, attention_sinks=family.sinks, qk_norm=family.qk_norm,
                tie_embeddings=_tie(flat.get("tie_word_embeddings"), where),
                norm_eps=finite_float("rms_norm_eps", flat["rms_norm_eps"], above=0.0),
                sliding_window=layer_windows(family, flat, model_type, out["num_layers"]))
@@ -107,4 +113,6 @@ def config_kwargs(config: Mapping[str, Any], *, where: Any) -> dict[str, Any]:
         out.update(embed_scale="sqrt", norm_offset=1.0)
     else:
         out.update(embed_scale=None)
+    if family.extra is not None:
+        family.extra(flat, out, where)
     return out

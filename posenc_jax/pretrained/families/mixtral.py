@@ -18,18 +18,13 @@ from typing import Any
 
 from posenc_jax.checks import json_count
 from posenc_jax.pretrained.families import llama, mistral
-from posenc_jax.pretrained.families.record import Family, Row
-from posenc_jax.pretrained.families.transforms import EXPERTS_TRANSPOSE, TRANSPOSE
+from posenc_jax.pretrained.families.qwen3_moe import expert_rows
+from posenc_jax.pretrained.families.record import Family
 
 __all__ = ["EXPERTS", "FAMILY", "moe_kwargs"]
 
-MLP = ("layers", "{i}", "mlp")
-MOE = f"{llama.LAYER}block_sparse_moe."
-EXPERTS = (
-    Row(f"{MOE}gate.weight", ((*MLP, "router"),), TRANSPOSE),
-    *(Row(f"{MOE}experts.*.{w}.weight", ((*MLP, ours),), EXPERTS_TRANSPOSE)
-      for w, ours in (("w1", "gate"), ("w3", "up"), ("w2", "down"))),
-)
+EXPERTS = expert_rows(f"{llama.LAYER}block_sparse_moe.", (("w1", "gate"), ("w3", "up"),
+                                                          ("w2", "down")))
 
 
 def moe_kwargs(flat: Mapping[str, Any]) -> dict[str, Any]:

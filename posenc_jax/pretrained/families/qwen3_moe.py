@@ -23,14 +23,21 @@ from posenc_jax.pretrained.families import llama, qwen3
 from posenc_jax.pretrained.families.record import Family, Row
 from posenc_jax.pretrained.families.transforms import EXPERTS_TRANSPOSE, TRANSPOSE
 
-__all__ = ["EXPERTS", "FAMILY", "moe_kwargs"]
+__all__ = ["EXPERTS", "FAMILY", "expert_rows", "moe_kwargs"]
 
 MLP = ("layers", "{i}", "mlp")
-EXPERTS = (
-    Row(f"{llama.LAYER}mlp.gate.weight", ((*MLP, "router"),), TRANSPOSE),
-    *(Row(f"{llama.LAYER}mlp.experts.*.{x}_proj.weight", ((*MLP, ours),), EXPERTS_TRANSPOSE)
-      for x, ours in (("gate", "gate"), ("up", "up"), ("down", "down"))),
-)
+
+
+def expert_rows(prefix: str, projections: tuple[tuple[str, str], ...]) -> tuple[Row, ...]:
+    """The router `<prefix>gate.weight` -> mlp.router and the stacked experts
+    `<prefix>experts.*.<theirs>.weight` -> mlp.<ours> for (theirs, ours) in `projections`."""
+    return (Row(f"{prefix}gate.weight", ((*MLP, "router"),), TRANSPOSE),
+            *(Row(f"{prefix}experts.*.{theirs}.weight", ((*MLP, ours),), EXPERTS_TRANSPOSE)
+              for theirs, ours in projections))
+
+
+EXPERTS = expert_rows(f"{llama.LAYER}mlp.", (("gate_proj", "gate"), ("up_proj", "up"),
+                                             ("down_proj", "down")))
 
 
 def moe_kwargs(flat: Mapping[str, Any]) -> dict[str, Any]:

@@ -26,7 +26,9 @@ import numpy as np
 
 from posenc_jax.pretrained.families.transforms import Layout
 
-__all__ = ["GGUF", "Family", "Row"]
+__all__ = ["GGUF", "SPLITS", "Family", "Row"]
+
+SPLITS = ("rows", "halves", "alternate")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -34,11 +36,27 @@ class Row:
     """One checkpoint tensor: its Hugging Face name (`{i}`: the layer; written as in a plain
     causal LM, "model." / "lm_head." being moved under a multimodal prefix by the loader), the
     param path(s) it fills (`{i}` again) and the layout of each part. Several paths: the tensor
-    is their Hugging Face forms concatenated along axis 0 (Phi-3's qkv_proj, gate_up_proj)."""
+    is their Hugging Face forms joined as `split` says:
+
+        "rows"       concatenated along axis 0 (Phi-3's qkv_proj, gate_up_proj)
+        "halves"     concatenated along the last axis (Llama 4's experts.gate_up_proj
+                     [X, E, 2F]: gate = [..., :F], up = [..., F:])
+        "alternate"  interleaved along the last axis (gpt-oss's experts.gate_up_proj and its
+                     bias: gate = [..., 0::2], up = [..., 1::2])
+
+    moe: None (any layer that has the params), True (only the layers whose MLP is the mixture
+    of experts: `LayerSpec.moe`), False (only the dense ones) -- Llama 4 interleaves both, and
+    their params share names (`mlp.gate` is [E, F] in one, [X, E, F] in the other)."""
 
     hf: str
     paths: tuple[tuple[str, ...], ...]
     layout: Layout
+    split: str = "rows"
+    moe: bool | None = None
+
+    def __post_init__(self):
+        if self.split not in SPLITS:
+            raise ValueError(f"Row {self.hf}: split={self.split!r}, valid: {SPLITS}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,7 +89,12 @@ class Family:
     read the same way (Gemma 3's multimodal `gemma3`, whose text_config is read);
     defaults: the model class's values for keys config.json may omit;
     activation_key / activations: the config key naming the MLP activation, and its values ->
-    our `mlp_activation`; qkv_bias, qk_norm: fixed by the class;
+    our `mlp_activation`; qkv_bias, qk_norm: fixed by the class; attention_bias: the class
+    reads config.json's `attention_bias` as biases on q, k, v AND o (gpt-oss; a family without
+    it refuses a true `attention_bias`); sinks: a learned sink logit per head (gpt-oss);
+    extra: fn(flat config dict, kwargs, where) adding the family's own `TransformerConfig`
+    kwargs (MoE, per-layer patterns), raising ValueError naming `where` and the key for a
+    setting the model cannot compute;
     gemma: (1 + w) norms, post-norms, sqrt(E) embeddings, query_pre_attn_scalar, soft-cap;
     scaled: sqrt(E) embeddings and (1 + w) norms only (Gemma 1);
     windows: "none", "all" (every layer, `sliding_window`), "qwen" (layers >=
@@ -83,6 +106,10 @@ class Family:
     first (Phi-3's original_max_position_embeddings);
     claims: fn(TransformerConfig) -> bool, whether an export without a named family picks this
     one (asked in the registry's order), None: only when named;
+    expresses: the features beyond the shared decoder an export as this family can write
+    (`export_features.FEATURES`: "sinks", "o_bias", "chunk", "qk_l2_norm", "temperature"; and
+    "nope": NoPE layers); export: fn(TransformerConfig, config dict) writing their keys (the draft is
+    read back and compared, so a key it gets wrong is a refusal, never a silent change);
     moe: fn(flat config.json dict) -> the TransformerConfig MoE kwargs (num_experts, router,
     moe_layers, ...; `posenc_jax.model.moe`), None for a dense family; moe_export: fn(
     TransformerConfig) -> the config.json keys that read back as those kwargs."""
@@ -97,6 +124,9 @@ class Family:
         default_factory=lambda: {"silu": "swiglu"})
     qkv_bias: bool = False
     qk_norm: bool = False
+    attention_bias: bool = False
+    sinks: bool = False
+    extra: Callable[[Mapping[str, Any], dict, Any], None] | None = None
     gemma: bool = False
     scaled: bool = False
     windows: str = "none"
@@ -104,6 +134,8 @@ class Family:
     rope_top_level: tuple[str, ...] = ()
     gguf: GGUF | None = None
     claims: Callable[[Any], bool] | None = None
+    expresses: frozenset[str] = frozenset()
+    export: Callable[[Any, dict], None] | None = None
     moe: Callable[[Mapping[str, Any]], dict] | None = None
     moe_export: Callable[[Any], dict] | None = None
 

@@ -15,7 +15,9 @@ from typing import Any
 from posenc_jax.pretrained.families import (
     gemma,
     gemma3,
+    gpt_oss,
     llama,
+    llama4,
     mistral,
     mixtral,
     phi3,
@@ -30,7 +32,7 @@ __all__ = ["CHOICE", "FAMILIES", "by_model_type", "claimed", "for_gguf", "gguf_a
 
 FAMILIES: tuple[Family, ...] = (llama.FAMILY, mistral.FAMILY, qwen2.FAMILY, qwen3.FAMILY,
                                 gemma.FAMILY, gemma3.FAMILY, phi3.FAMILY, qwen3_moe.FAMILY,
-                                mixtral.FAMILY)
+                                mixtral.FAMILY, gpt_oss.FAMILY, llama4.FAMILY)
 CHOICE: tuple[Family, ...] = (gemma3.FAMILY, gemma.FAMILY, qwen2.FAMILY, qwen3_moe.FAMILY,
                               qwen3.FAMILY, mixtral.FAMILY, mistral.FAMILY, llama.FAMILY)
 
