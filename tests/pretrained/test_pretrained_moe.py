@@ -20,6 +20,8 @@ from safetensors.numpy import load_file, save_file
 from posenc_jax import pretrained
 from posenc_jax.model.generate import generate
 from posenc_jax.model.transformer import Transformer, TransformerConfig
+from posenc_jax.pretrained.api import open_checkpoint
+from posenc_jax.pretrained.loader import build
 from posenc_jax.pretrained.save import hf_tensors, save
 
 TINY = pathlib.Path(__file__).parents[1] / "data" / "pretrained" / "tiny" / "qwen3_moe"
@@ -156,3 +158,17 @@ def test_bfloat16_stays_within_its_rounding_and_a_routing_flip():
     diff = np.abs(got - golden["logits__default"]).max(-1)[0]
     assert diff.max() < 0.25 and np.sort(diff)[-2] < 0.15
     np.testing.assert_array_equal(got.argmax(-1), golden["logits__default"].argmax(-1))
+
+
+def test_qwen3moe_gguf_equals_transformers_safetensors_model():
+    """llama.cpp's qwen3moe layout (stacked ffn_*_exps, ffn_gate_inp, expert_* keys), written by
+    scripts/make_moe_golden_tiny.py: the logits of the same weights in transformers. (Its own
+    GGUF reader fails on this file: it ignores expert_feed_forward_length.)"""
+    data = TINY.parents[1] / "moe_gguf"
+    golden = np.load(data / "logits.npz")
+    assert "hf_gguf" not in golden
+    model, cfg, _ = build(open_checkpoint(data / "qwen3moe.gguf"), attention="dense")
+    assert (cfg.num_experts, cfg.moe_mlp_dim, cfg.router, cfg.moe_layers) == (
+        4, 16, "softmax_topk_norm", None)
+    got = np.asarray(model(jnp.asarray(golden["token_ids"])))
+    np.testing.assert_allclose(got, golden["hf"], atol=1e-4, rtol=0)

@@ -11,6 +11,13 @@ layer i is sparse unless it is in `mlp_only_layers` or (i + 1) % `decoder_sparse
 transformers 5 saves as `num_local_experts`; F = `moe_intermediate_size`; k =
 `num_experts_per_tok`). The load-balancing loss coefficient stays 0 (`router_aux_loss_coef` acts
 in transformers only with `output_router_logits`): set `moe_aux_loss_coef` to fine-tune with it.
+
+GGUF (llama.cpp's `qwen3moe`: every layer sparse): `blk.N.ffn_gate_inp` is the router,
+`ffn_{gate,up,down}_exps` [X, F, E] / [X, E, F] the stacked experts (already the stacks'
+names), `expert_count`, `expert_used_count`, `expert_feed_forward_length` the MoE keys;
+norm_topk_prob is true there (llama.cpp's qwen3moe graph renormalises; transformers' GGUF
+default too). transformers 5.25 does not read `expert_feed_forward_length` (its experts stay at
+the class's 768 and the load fails on their shapes); here it is read.
 """
 
 from __future__ import annotations
@@ -19,8 +26,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from posenc_jax.checks import boolean, integer, json_count
-from posenc_jax.pretrained.families import llama, qwen3
-from posenc_jax.pretrained.families.record import Family, Row
+from posenc_jax.pretrained.families import llama, qwen2, qwen3
+from posenc_jax.pretrained.families.record import GGUF, Family, Row
 from posenc_jax.pretrained.families.transforms import EXPERTS_TRANSPOSE, TRANSPOSE
 
 __all__ = ["EXPERTS", "FAMILY", "expert_rows", "moe_kwargs"]
@@ -67,6 +74,12 @@ def moe_config(cfg: Any) -> dict[str, Any]:
             "mlp_only_layers": [i for i in range(cfg.num_layers) if i not in sparse]}
 
 
+GGUF_BLOCK = {**llama.GGUF_BLOCK, "ffn_gate_inp": "mlp.gate",
+              **{f"ffn_{x}_exps": f"mlp.experts.*.{x}_proj" for x in ("gate", "up", "down")}}
+GGUF_KEYS = {**llama.GGUF_KEYS, "attention.key_length": "head_dim",
+             "expert_count": "num_experts", "expert_used_count": "num_experts_per_tok",
+             "expert_feed_forward_length": "moe_intermediate_size"}
+
 FAMILY = Family(
     model_type="qwen3_moe",
     defaults={**qwen3.FAMILY.defaults, "decoder_sparse_step": 1, "mlp_only_layers": [],
@@ -75,6 +88,11 @@ FAMILY = Family(
     export_class="Qwen3MoeForCausalLM",
     qk_norm=True,
     windows="qwen",
+    gguf=GGUF(arch="qwen3moe", keys=GGUF_KEYS,
+              defaults={**qwen2.GGUF_DEFAULTS, "head_dim": 128, "attention_bias": False,
+                        "norm_topk_prob": True, "decoder_sparse_step": 1, "mlp_only_layers": [],
+                        "moe_intermediate_size": 768, "num_experts_per_tok": 8},
+              block=GGUF_BLOCK, top=llama.GGUF_TOP, complete=qwen2.all_full),
     claims=lambda cfg: cfg.qk_norm and cfg.num_experts > 0,
     moe=moe_kwargs,
     moe_export=moe_config,
