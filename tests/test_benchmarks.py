@@ -50,6 +50,8 @@ SMOKE = [
           slow=True),
     Smoke("finetune_memory.py", ("--smoke",),
           ("| 64 | none | chunked |", "| 64 | block | full |", "LoRA remat=none:"), slow=True),
+    Smoke("attention_cpu.py", ("--smoke",),
+          ("ours auto", "ours blockwise", "torch NOT run", "summary (GFLOP/s")),
     Smoke("pretrained_forward.py", ("--smoke",),
           ("ours: pretrained.load", "torch side NOT run", "x torch = ours / torch")),
 ]

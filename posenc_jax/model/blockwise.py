@@ -133,49 +133,61 @@ def attend_blockwise_lse(q: Array, k: Array, v: Array, *, encoding: Encoding, pa
     q_blk = _blocks(_pad(q, 1, nq * bq), 1, bq)                              # [nq, B, bq, H, D]
     qp_blk = _blocks(_pad(q_positions, 1, nq * bq), 1, bq)                   # [nq, P, bq]
     qs_blk = _blocks(_pad(q_segment_ids, 1, nq * bq), 1, bq)
-    k_blk = _blocks(_pad(k, 1, nk * bk), 1, bk)                              # [nk, B, bk, K, D]
-    v_blk = _blocks(_pad(v, 1, nk * bk), 1, bk)
+    # Keys and values in the dot's own layout, once: [nk, B, K, bk, D] (kv head before rows).
+    k_blk = jnp.swapaxes(_blocks(_pad(k, 1, nk * bk), 1, bk), 2, 3)
+    v_blk = jnp.swapaxes(_blocks(_pad(v, 1, nk * bk), 1, bk), 2, 3)
     kp_blk = _blocks(_pad(k_positions, 1, nk * bk), 1, bk)                   # [nk, P, bk]
     ks_blk = _blocks(_pad(k_segment_ids, 1, nk * bk), 1, bk)
     valid_blk = _blocks(valid, 1, bk)
 
-    def key_step(carry, xs, qb, qpb, qsb):
-        kb, vb, kpb, ksb, vmb = xs
+    def stack(x):
+        """[B, n, H, D] -> [B, K, G * n, D]: the G query heads of a kv head stacked as rows."""
+        n = x.shape[1]
+        return jnp.transpose(x.reshape(b, n, kh, g, d), (0, 2, 3, 1, 4)).reshape(b, kh, g * n, d)
+
+    def update(carry, qb, qs, kt, vt, qpb, kpb, mask):
+        """One key block into the running state; mask None: every entry visible."""
+        m, l, acc = carry                       # [B, K, G, bq, 1], same, [B, K, G, bq, D] f32
+        if isinstance(encoding, BlockTransform):
+            qb, kb = encoding.block_transform(params, qb, jnp.swapaxes(kt, 1, 2), qpb, kpb)
+            qs, kt = stack(qb), jnp.swapaxes(kb, 1, 2)
+        s = jnp.einsum("bkqd,bksd->bkqs", qs, kt, preferred_element_type=jnp.float32)
+        s = s.reshape(b, kh, g, bq, bk) * jnp.float32(scale)
+        bias = encoding_bias(encoding, params, qpb, kpb, (qb * scale).astype(qb.dtype), h)
+        if bias is not None:                                              # [B|1, H, bq, bk]
+            s = s + bias.reshape(bias.shape[0], kh, g, bq, bk)
+        m5 = None if mask is None else mask[:, :, None]                   # [B|1, 1, 1, bq, bk]
+        if m5 is not None:
+            s = jnp.where(m5, s, jnp.float32(NEG))
+        m_new, l_new, p, alpha = online_step(m, l, s, m5)
+        pv = jnp.einsum("bkqs,bksd->bkqd", p.reshape(b, kh, g * bq, bk).astype(vt.dtype), vt,
+                        preferred_element_type=jnp.float32).reshape(b, kh, g, bq, d)
+        if isinstance(encoding, ValueTerm):  # linear in p: rescaled by alpha like p v
+            extra = encoding.value_term(params, p.reshape(b, h, bq, -1), qpb, kpb)
+            pv = pv + extra.astype(jnp.float32).reshape(b, kh, g, bq, d)
+        return m_new, l_new, alpha * acc + pv
+
+    def key_step(carry, xs, qb, qs, qpb, qsb):
+        kt, vt, kpb, ksb, vmb = xs
+        if not has_mask:
+            return update(carry, qb, qs, kt, vt, qpb, kpb, None), None
         mask = build_mask(qpb, kpb, causal=causal, q_segment_ids=qsb, k_segment_ids=ksb,
                           k_mask=vmb, window=window, chunk_size=chunk_size,
-                          sink_tokens=sink_tokens) if has_mask else None  # [B|1,1,bq,bk]
-
-        def update(carry):
-            m, l, acc = carry                   # [B, K, G, bq, 1], same, [B, K, G, bq, D] f32
-            q_blk, k_blk = qb, kb
-            if isinstance(encoding, BlockTransform):
-                q_blk, k_blk = encoding.block_transform(params, qb, kb, qpb, kpb)
-            qg = q_blk.reshape(b, bq, kh, g, d)
-            s = jnp.einsum("bqkgd,bskd->bkgqs", qg, k_blk,
-                           preferred_element_type=jnp.float32) * jnp.float32(scale)
-            bias = encoding_bias(encoding, params, qpb, kpb, (q_blk * scale).astype(qb.dtype), h)
-            if bias is not None:                                          # [B|1, H, bq, bk]
-                s = s + bias.reshape(bias.shape[0], kh, g, bq, bk)
-            m5 = None if mask is None else mask[:, :, None]               # [B|1, 1, 1, bq, bk]
-            if m5 is not None:
-                s = jnp.where(m5, s, jnp.float32(NEG))
-            m_new, l_new, p, alpha = online_step(m, l, s, m5)
-            pv = jnp.einsum("bkgqs,bskd->bkgqd", p.astype(vb.dtype), vb,
-                            preferred_element_type=jnp.float32)
-            if isinstance(encoding, ValueTerm):  # linear in p: rescaled by alpha like p v
-                extra = encoding.value_term(params, p.reshape(b, h, bq, -1), qpb, kpb)
-                pv = pv + extra.astype(jnp.float32).reshape(b, kh, g, bq, d)
-            return m_new, l_new, alpha * acc + pv
-
-        if mask is None:
-            return update(carry), None
-        return jax.lax.cond(jnp.any(mask), update, lambda c: c, carry), None
+                          sink_tokens=sink_tokens)                         # [B|1, 1, bq, bk]
+        # 0: nothing visible (skipped: above the causal diagonal, outside a window...);
+        # 1: some entries hidden (the masked update); 2: all visible (no mask arithmetic).
+        which = jnp.where(jnp.all(mask), 2, jnp.where(jnp.any(mask), 1, 0))
+        branches = (lambda c: c,
+                    lambda c: update(c, qb, qs, kt, vt, qpb, kpb, mask),
+                    lambda c: update(c, qb, qs, kt, vt, qpb, kpb, None))
+        return jax.lax.switch(which, branches, carry), None
 
     def query_block(xs):
         qb, qpb, qsb = xs
+        qs = stack(qb)                                                    # [B, K, G * bq, D]
         sink = None if sinks is None else jnp.reshape(sinks, (1, kh, g, 1, 1))
         init = (*start((b, kh, g, bq, 1), sink), jnp.zeros((b, kh, g, bq, d), jnp.float32))
-        step = jax.checkpoint(lambda c, x: key_step(c, x, qb, qpb, qsb), prevent_cse=False)
+        step = jax.checkpoint(lambda c, x: key_step(c, x, qb, qs, qpb, qsb), prevent_cse=False)
         (m, l, acc), _ = jax.lax.scan(step, init, (k_blk, v_blk, kp_blk, ks_blk, valid_blk))
         out = normalise(acc, l).reshape(b, h, bq, d)                     # head h = k * G + g
         seen = l[..., 0] > 0                      # a row that sees no key: lse NEG (merges as 0)
