@@ -75,8 +75,8 @@ SLOW_FILES = {
 # scripts/test.sh hands whole files to the two workers (`--dist loadfile`, in this order), so a
 # module's fixtures (a real model, a finished study) are built once, not once per worker, and
 # no long file starts last while the other worker sits idle. Seconds: issue 36's notes
-# (SUITETIME_NOTES.md), cold cache, a loaded 2-core machine; a file missing here runs after
-# these in collection order. Re-sort it from a run's `--durations` when it drifts.
+# (SUITETIME_NOTES.md), cold cache, a loaded 2-core machine; the notebooks come next, then
+# every other file in collection order. Re-sort it from a run's `--durations` when it drifts.
 FIRST = (
     "tests/study/test_study_parallel.py",              # 255 s
     "tests/pretrained/test_pretrained_real.py",        # ~200 s: two real models
@@ -93,9 +93,13 @@ FIRST = (
 
 
 def _first_rank(item, root: pathlib.Path) -> int:
+    """FIRST's files by their place, then the notebooks (`--nbmake`: each starts a kernel, tens
+    of seconds), then every other file: many short files make an even end for two workers."""
     path = pathlib.Path(str(item.path))
     rel = path.relative_to(root).as_posix() if path.is_relative_to(root) else ""
-    return FIRST.index(rel) if rel in FIRST else len(FIRST)
+    if rel in FIRST:
+        return FIRST.index(rel)
+    return len(FIRST) + (0 if path.suffix == ".ipynb" else 1)
 
 
 @pytest.hookimpl(tryfirst=True)  # before `-m` deselects by marker
