@@ -94,7 +94,9 @@ def get_config():
         "rope+yarn": "8-16x, fine-tuning recommended"})
     config.scalings = "linear,ntk,dynamic,yarn,llama3,longrope,longrope-searched"
     # LongRoPE's search per model and eval length past L, small: 8 + 2 x 8 = 24 evaluations
-    # (each compiles once) on 2,048 validation bytes (the paper: 64 + 40 x 32).
+    # (each compiles once) on 2,048 validation bytes (the paper: 64 + 40 x 32). Measured:
+    # 134-153 s per search at 2L-8L (about 6 s per evaluation, nearly all compiling) on the
+    # 2 shared vCPUs at load 10-16 (docs/study/new_rows.md); 4 per model that takes a scaling.
     config.longrope_search = ml_collections.ConfigDict({
         "generations": 2, "population": 8, "parents": 4, "mutations": 4, "crossovers": 4,
         "rate": 0.3, "seed": 0, "tokens": 2048, "split": "validation", "starts": ""})

@@ -15,6 +15,10 @@ estimate uses the same assumption (estimate_gflops below). On this project's 2-c
 would take months: use configs/study.py there.
 
     python -m train.study --config=configs/study_full.py --workdir=runs/study_full
+
+Like configs/study.py it includes the two `config.variants` (windows and chunks of L/2 = 256)
+and the `longrope-searched` rows: one search of 24 evaluations (each compiles once) per model
+and eval length past L, on 2,048 validation tokens; not counted in the estimate above.
 """
 
 from configs import study
