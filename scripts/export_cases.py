@@ -81,6 +81,8 @@ CASES = {
     "phi3": lambda: _tiny_case("phi3", None),
     "phi3_partial_longrope": lambda: _tiny_case("phi3", "partial_longrope"),
     "gemma3_text_linear8": lambda: _tiny_case("gemma3_text", "linear8_full"),
+    "qwen3_moe": lambda: _tiny_case("qwen3_moe", None),
+    "mixtral_yarn2": lambda: _tiny_case("mixtral", "yarn2"),
     "trained": _trained,
     "smollm2_yarn": _smollm2_yarn,
 }

@@ -105,18 +105,16 @@ def write_gguf(root: pathlib.Path) -> None:
         3, tiny.VOCAB, size=(1, tiny.SEQ)).astype(np.int64))
     w = gguf.GGUFWriter(str(out / "qwen3moe.gguf"), "qwen3moe")
     w.add_name("tiny-qwen3moe")
-    w.add_block_count(GGUF_SPEC["num_hidden_layers"])
-    w.add_context_length(GGUF_SPEC["max_position_embeddings"])
-    w.add_embedding_length(GGUF_SPEC["hidden_size"])
-    w.add_feed_forward_length(GGUF_SPEC["intermediate_size"])
-    w.add_expert_feed_forward_length(GGUF_SPEC["moe_intermediate_size"])
-    w.add_expert_count(GGUF_SPEC["num_experts"])
-    w.add_expert_used_count(GGUF_SPEC["num_experts_per_tok"])
-    w.add_head_count(GGUF_SPEC["num_attention_heads"])
-    w.add_head_count_kv(GGUF_SPEC["num_key_value_heads"])
-    w.add_key_length(GGUF_SPEC["head_dim"])
-    w.add_value_length(GGUF_SPEC["head_dim"])
-    w.add_layer_norm_rms_eps(GGUF_SPEC["rms_norm_eps"])
+    for add, key in (("block_count", "num_hidden_layers"),
+                     ("context_length", "max_position_embeddings"),
+                     ("embedding_length", "hidden_size"),
+                     ("feed_forward_length", "intermediate_size"),
+                     ("expert_feed_forward_length", "moe_intermediate_size"),
+                     ("expert_count", "num_experts"), ("expert_used_count", "num_experts_per_tok"),
+                     ("head_count", "num_attention_heads"), ("head_count_kv", "num_key_value_heads"),
+                     ("key_length", "head_dim"), ("value_length", "head_dim"),
+                     ("layer_norm_rms_eps", "rms_norm_eps")):
+        getattr(w, f"add_{add}")(GGUF_SPEC[key])
     w.add_rope_freq_base(GGUF_SPEC["rope_parameters"]["rope_theta"])
     w.add_vocab_size(tiny.VOCAB)
     w.add_tokenizer_model("gpt2")
