@@ -21,6 +21,7 @@ from posenc_jax.model.config import TransformerConfig
 B, L, H, D = 1, 8, 2, 8
 SMALL = backends.Shapes(batch=B, q_len=L, k_len=L, heads=H, kv_heads=H, head_dim=D)
 LONG = SMALL._replace(q_len=4096, k_len=4096)
+MID = SMALL._replace(q_len=512, k_len=512)  # dense on accelerators, blockwise on CPU
 
 
 def _enc(name):
@@ -63,7 +64,8 @@ def test_causal_only_platforms_and_gqa_are_reasons_too():
     ("alibi", "cpu", SMALL, "dense"), ("alibi", "cpu", LONG, "blockwise"),
     ("alibi", "rocm", LONG, "blockwise"), ("shaw", "cuda", SMALL, "dense"),
     ("shaw", "cuda", LONG, "blockwise"), ("cope", "cpu", LONG, "dense"),
-    ("cope", "cuda", LONG, "dense"),
+    ("cope", "cuda", LONG, "dense"), ("alibi", "cpu", MID, "blockwise"),
+    ("shaw", "cuda", MID, "dense"), ("cope", "cpu", MID, "dense"),
 ])
 def test_auto_chooses_from_the_records(name, platform, shapes, want):
     assert backends.choose(_enc(name), causal=True, shapes=shapes, platform=platform).name == want

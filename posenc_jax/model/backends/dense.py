@@ -17,10 +17,13 @@ from posenc_jax.model.backends.registry import BIAS_KINDS, PLATFORMS, Backend, I
 from posenc_jax.model.explicit import attend_explicit
 from posenc_jax.model.scores import build_mask, encoding_bias
 
-__all__ = ["AUTO_DENSE_MAX", "BACKEND", "NAME", "attend_dense"]
+__all__ = ["AUTO_DENSE_MAX", "AUTO_DENSE_MAX_CPU", "BACKEND", "NAME", "attend_dense"]
 
 NAME = "dense"
 AUTO_DENSE_MAX = 2048 * 2048  # "auto": dense up to Lq * Lk of this, then blockwise
+# On CPU blockwise is 4-6x faster than dense from L = 1024 (benchmarks/attention_cpu.py,
+# docs/performance.md) and 1.6x at L = 512, forward and forward + backward: dense to 256.
+AUTO_DENSE_MAX_CPU = 256 * 256
 
 
 def attend_dense(x: Inputs, *, fused: str) -> jax.Array:
@@ -60,4 +63,5 @@ BACKEND = register(Backend(
     bias=frozenset(BIAS_KINDS), platforms=frozenset(PLATFORMS), value_term=True,
     block_transform=True, sliding_window=True, chunked=True, sinks=True, sink_tokens=True,
     materialises_scores=True, auto_priority=1,
-    auto_platforms=frozenset(PLATFORMS), auto_max_scores=AUTO_DENSE_MAX))
+    auto_platforms=frozenset(PLATFORMS), auto_max_scores={
+        **dict.fromkeys(PLATFORMS, AUTO_DENSE_MAX), "cpu": AUTO_DENSE_MAX_CPU}))

@@ -122,7 +122,8 @@ class Backend:
       materialises_scores: holds [B, H, Lq, Lk] (memory quadratic in the length).
       auto_priority: the order "auto" tries it in (None: never chosen by "auto");
         auto_platforms: where "auto" may choose it; auto_max_scores: "auto" prefers it up to
-        Lq * Lk of this (beyond, only when no other backend supports the encoding).
+        Lq * Lk of this (beyond, only when no other backend supports the encoding), one int
+        or {platform: int} (a platform it does not name: no limit).
       check: `check(encoding, shapes) -> None | reason`, the backend's own further refusal.
       lowers: `lowers(encoding, shapes, platform) -> None | reason`: whether it lowers for
         these shapes on `platform` (asked when a platform is given, e.g. by `choose`).
@@ -146,7 +147,7 @@ class Backend:
     materialises_scores: bool = False
     auto_priority: int | None = None
     auto_platforms: frozenset = frozenset()
-    auto_max_scores: int | None = None
+    auto_max_scores: int | Mapping[str, int] | None = None
     check: Callable[[Encoding, Shapes | None], str | None] | None = None
     lowers: Callable[[Encoding, Shapes, str], str | None] | None = None
 
@@ -284,7 +285,10 @@ def choose(encoding: Encoding, *, causal: bool, shapes: Shapes | None, platform:
     able = [b for b in ranked
             if b.supports(encoding, causal=causal, shapes=shapes, platform=platform) is None]
     for b in able:
-        if b.auto_max_scores is None or scores is None or scores <= b.auto_max_scores:
+        limit = b.auto_max_scores
+        if isinstance(limit, Mapping):
+            limit = limit.get(platform)
+        if limit is None or scores is None or scores <= limit:
             return b
     if able:
         return able[0]
