@@ -13,7 +13,7 @@ import pytest
 from flax import nnx
 
 from posenc_jax import pretrained
-from posenc_jax.model.config import TransformerConfig
+from posenc_jax.model.config import TransformerConfig, thaw
 from posenc_jax.model.transformer import Transformer
 from train.longrope import cli, export
 from train.longrope.fitness import Perplexity, windows
@@ -170,3 +170,23 @@ def test_command_with_a_start_count_writes_no_rope_scaling_and_says_why(tmp_path
     with pytest.raises(ValueError, match="--starts must be a comma list of ints, got "
                                          "--starts='0,x'"):
         cli.run(cli.parser().parse_args([*argv[:-1], "--starts=0,x"]))
+
+
+def test_export_scales_the_rope_entries_of_a_layer_pattern():
+    """Llama 4's spelling (a pattern naming a NoPE layer): the RoPE layers take the dict and
+    the start count, the NoPE layer and the chunks stay as they are."""
+    cfg = TransformerConfig(vocab_size=32, num_layers=4, embed_dim=16, num_heads=2, mlp_dim=32,
+                            attn_temperature={"floor_scale": 8, "attn_scale": 0.1},
+                            layer_pattern=[{"chunk": 8},
+                                           {"encoding": "nope", "temperature": True}])
+    scaling = {"rope_type": "linear", "factor": 2.0}
+    out = export.with_start(export.with_scaling(cfg, scaling), 4)
+    specs = out.layer_specs
+    assert [s.encoding[0] for s in specs] == ["rope", "nope"] * 2
+    assert [s.chunk for s in specs] == [8, None] * 2
+    for i in (0, 2):
+        kwargs = thaw(out.layer_encodings[i][1])
+        assert kwargs == {"scaling": scaling, "unscaled_start": 4}
+        assert out.layer_encoding(i).unscaled_start == 4
+    assert out.layer_encoding(1) == cfg.layer_encoding(1)  # NoPE: untouched
+    assert export.with_scaling(cfg, scaling).layer_encoding(0) != cfg.layer_encoding(0)
