@@ -33,6 +33,7 @@ class Smoke:
     args: tuple[str, ...]     # its smoke-mode arguments
     prints: tuple[str, ...]   # words its output must contain
     slow: bool = False        # over ~20 s on a loaded 2-core machine (pyproject's `slow`)
+    absent: tuple[str, ...] = ()  # words its output must not contain (a failed entry)
 
 
 SMOKE = [
@@ -47,7 +48,7 @@ SMOKE = [
           slow=True),
     Smoke("kernel_device.py", ("--smoke",), ("kernel/smollm2/D=64", "gemma3_sliding/L=64",
                                               "gpt_oss_sinks/L=64", "llama4_chunked/L=64"),
-          slow=True),
+          slow=True, absent=('"status": "error"',)),  # entries catch their own failures
     Smoke("finetune_memory.py", ("--smoke",),
           ("| 64 | none | chunked |", "| 64 | block | full |", "LoRA remat=none:"), slow=True),
     Smoke("attention_cpu.py", ("--smoke",),
@@ -99,6 +100,8 @@ def test_benchmark_runs_in_smoke_mode(smoke):
     assert done.returncode == 0, out[-3000:]
     missing = [word for word in smoke.prints if word not in out]
     assert not missing, f"{smoke.script} --smoke printed none of {missing}:\n{out[-3000:]}"
+    found = [word for word in smoke.absent if word in out]
+    assert not found, f"{smoke.script} --smoke printed {found}:\n{out[-3000:]}"
 
 
 @pytest.mark.skipif(HAVE_TORCH, reason="checks the refusal a machine without torch gives")
