@@ -56,6 +56,16 @@ from configs import default
 from posenc_jax.model import backends
 
 
+RULES = "linear,ntk,dynamic,yarn,llama3,longrope"  # the zero-shot scaling methods by rule
+
+
+def with_variants_and_search(config):
+    """`config` with issue 31's variants and issue 35's `longrope-searched` rows put back."""
+    config.encodings_excluded = "mrope"
+    config.scalings = RULES + ",longrope-searched"
+    return config
+
+
 def get_config():
     config = ml_collections.ConfigDict()
     config.encodings = "all"
@@ -76,8 +86,14 @@ def get_config():
             "layer_pattern": [{"chunk": "L/2"}, {"encoding": "nope", "temperature": True}],
             "attn_temperature": {"floor_scale": "L/2", "attn_scale": 0.1}}}})
     # M-RoPE on text-only positions is RoPE (all sections get the same position); it would
-    # also double the fine-tunes. Name it in --config.encodings to study it.
-    config.encodings_excluded = "mrope"
+    # also double the fine-tunes. Name it in --config.encodings to study it. The two variants
+    # and `longrope-searched` (below) are left out of the CPU default so that it stays within
+    # its 15 minutes: each variant takes every scaling and fine-tune RoPE takes, and the
+    # searches compile 24 models per length (docs/study/new_rows.md ran them: about an hour at load
+    # 10-16). `with_variants_and_search` (configs/study_full.py applies it) or the two flags
+    #   --config.encodings_excluded=mrope --config.scalings=<the rules>,longrope-searched
+    # put them in.
+    config.encodings_excluded = "mrope,rope-window-sinks,rope-chunk-nope"
     config.seeds = ""   # "": config.train.seed alone
     config.workers = 0  # one per core on a CPU (1.5x faster on 2 cores than one process)
     config.finetune = ml_collections.ConfigDict({
@@ -92,7 +108,7 @@ def get_config():
         "rope+linear": "2-4x, fine-tuning recommended",
         "rope+ntk": "4-8x, fine-tuning recommended",
         "rope+yarn": "8-16x, fine-tuning recommended"})
-    config.scalings = "linear,ntk,dynamic,yarn,llama3,longrope,longrope-searched"
+    config.scalings = RULES
     # LongRoPE's search per model and eval length past L, small: 8 + 2 x 8 = 24 evaluations
     # (each compiles once) on 2,048 validation bytes (the paper: 64 + 40 x 32). Measured:
     # 134-153 s per search at 2L-8L (about 6 s per evaluation, nearly all compiling) on the

@@ -26,7 +26,7 @@ from posenc_jax.model import backends
 
 
 def get_config():
-    config = study.get_config()
+    config = study.with_variants_and_search(study.get_config())
     config.eval_num_tokens = 131072          # 16 windows at 16L = 8192, 512 at L/2
     config.eval_batch_tokens = 65536
     config.eval_attention = backends.BLOCKWISE  # O(L) memory at 8192 for ALiBi, T5 and Shaw

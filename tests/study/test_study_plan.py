@@ -20,6 +20,8 @@ from train.engine import scalings
 from train.runtime import Runtime
 from train.study import plan as study_plan
 
+from configs import study as study_config
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
@@ -68,7 +70,13 @@ def test_default_config_plans_the_full_study(data_dir, load_config):
     import posenc_jax
 
     assert plan.encodings[:7] == ("sinusoidal", "learned", "rope", "alibi", "t5", "shaw", "nope")
-    variants = {"rope-window-sinks", "rope-chunk-nope"}  # config.variants: entries too
+    # config.variants are entries too, but the CPU default leaves them (and the searched
+    # method) out to keep its size; `with_variants_and_search` puts them back
+    assert set(plan.encodings) == set(posenc_jax.names()) - {"mrope"}
+    assert not plan.of_kind("longrope_search")
+    full = study_config.with_variants_and_search(copy.deepcopy(plan_cfg))
+    plan = study_plan.make_plan(full, "/nonexistent/study")
+    variants = {"rope-window-sinks", "rope-chunk-nope"}
     assert set(plan.encodings) == set(posenc_jax.names()) - {"mrope"} | variants
     assert plan.eval_lens == (32, 64, 128, 256, 512, 1024) and plan.seeds == (0,)
     n, scaled = len(plan.encodings), _scaled(plan)
