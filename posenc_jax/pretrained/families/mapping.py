@@ -78,7 +78,7 @@ def config_kwargs(config: Mapping[str, Any], *, where: Any) -> dict[str, Any]:
 
     Raises ValueError naming `where` for an unsupported model_type, activation, attention
     soft-capping, bidirectional attention, MLP biases or attention biases in a family whose
-    class has none on o_proj; then the record's own `extra` (MoE, per-layer patterns)."""
+    class has none on o_proj; then the record's own `read_keys` (MoE, per-layer patterns)."""
     family, flat, model_type = family_of_config(config, where)
     out = transformer_config_kwargs({**flat, "model_type": model_type})
     act = flat.get(family.activation_key)
@@ -100,8 +100,6 @@ def config_kwargs(config: Mapping[str, Any], *, where: Any) -> dict[str, Any]:
                tie_embeddings=_tie(flat.get("tie_word_embeddings"), where),
                norm_eps=finite_float("rms_norm_eps", flat["rms_norm_eps"], above=0.0),
                sliding_window=layer_windows(family, flat, model_type, out["num_layers"]))
-    if family.moe is not None:
-        out.update(family.moe(flat))
     if family.gemma:
         cap = flat.get("final_logit_softcapping")
         out.update(embed_scale="sqrt", norm_offset=1.0, post_norms=True,
@@ -113,6 +111,6 @@ def config_kwargs(config: Mapping[str, Any], *, where: Any) -> dict[str, Any]:
         out.update(embed_scale="sqrt", norm_offset=1.0)
     else:
         out.update(embed_scale=None)
-    if family.extra is not None:
-        family.extra(flat, out, where)
+    if family.read_keys is not None:
+        family.read_keys(flat, out, where)
     return out

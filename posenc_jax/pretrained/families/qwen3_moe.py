@@ -30,21 +30,29 @@ from posenc_jax.pretrained.families import llama, qwen2, qwen3
 from posenc_jax.pretrained.families.record import GGUF, Family, Row
 from posenc_jax.pretrained.families.transforms import EXPERTS_TRANSPOSE, TRANSPOSE
 
-__all__ = ["EXPERTS", "FAMILY", "expert_rows", "moe_kwargs"]
+__all__ = ["EXPERTS", "FAMILY", "expert_rows", "moe_kwargs", "read_keys", "write_keys"]
 
 MLP = ("layers", "{i}", "mlp")
 
 
 def expert_rows(prefix: str, projections: tuple[tuple[str, str], ...]) -> tuple[Row, ...]:
     """The router `<prefix>gate.weight` -> mlp.router and the stacked experts
-    `<prefix>experts.*.<theirs>.weight` -> mlp.<ours> for (theirs, ours) in `projections`."""
-    return (Row(f"{prefix}gate.weight", ((*MLP, "router"),), TRANSPOSE),
-            *(Row(f"{prefix}experts.*.{theirs}.weight", ((*MLP, ours),), EXPERTS_TRANSPOSE)
-              for theirs, ours in projections))
+    `<prefix>experts.*.<theirs>.weight` -> mlp.<ours> for (theirs, ours) in `projections`,
+    on the MoE layers only (`Row.moe`; the dense layers of `mlp_only_layers` keep
+    `llama.MLP`'s rows)."""
+    return (Row(f"{prefix}gate.weight", ((*MLP, "router"),), TRANSPOSE, moe=True),
+            *(Row(f"{prefix}experts.*.{theirs}.weight", ((*MLP, ours),), EXPERTS_TRANSPOSE,
+                  moe=True) for theirs, ours in projections))
 
 
 EXPERTS = expert_rows(f"{llama.LAYER}mlp.", (("gate_proj", "gate"), ("up_proj", "up"),
                                              ("down_proj", "down")))
+
+
+def read_keys(flat: Mapping[str, Any], out: dict, where: Any) -> None:
+    """The TransformerConfig MoE kwargs of a Qwen3-MoE config.json into `out` (module
+    docstring); none for a config without experts."""
+    out.update(moe_kwargs(flat))
 
 
 def moe_kwargs(flat: Mapping[str, Any]) -> dict[str, Any]:
@@ -65,13 +73,14 @@ def moe_kwargs(flat: Mapping[str, Any]) -> dict[str, Any]:
             "moe_layers": None if len(sparse) == layers else sparse}
 
 
-def moe_config(cfg: Any) -> dict[str, Any]:
-    """The config.json keys of `cfg`'s experts (read back by `moe_kwargs`)."""
+def write_keys(cfg: Any, out: dict) -> None:
+    """The config.json keys of `cfg`'s experts into the draft `out` (read back by
+    `read_keys`)."""
     sparse = range(cfg.num_layers) if cfg.moe_layers is None else cfg.moe_layers
-    return {"num_experts": cfg.num_experts, "num_experts_per_tok": cfg.experts_per_token,
+    out.update({"num_experts": cfg.num_experts, "num_experts_per_tok": cfg.experts_per_token,
             "moe_intermediate_size": cfg.moe_mlp_dim,
             "norm_topk_prob": cfg.router == "softmax_topk_norm", "decoder_sparse_step": 1,
-            "mlp_only_layers": [i for i in range(cfg.num_layers) if i not in sparse]}
+            "mlp_only_layers": [i for i in range(cfg.num_layers) if i not in sparse]})
 
 
 GGUF_BLOCK = {**llama.GGUF_BLOCK, "ffn_gate_inp": "mlp.gate",
@@ -94,6 +103,6 @@ FAMILY = Family(
                         "moe_intermediate_size": 768, "num_experts_per_tok": 8},
               block=GGUF_BLOCK, top=llama.GGUF_TOP, complete=qwen2.all_full),
     claims=lambda cfg: cfg.qk_norm and cfg.num_experts > 0,
-    moe=moe_kwargs,
-    moe_export=moe_config,
+    read_keys=read_keys,
+    write_keys=write_keys,
 )
