@@ -33,8 +33,8 @@ from typing import Any
 
 from posenc_jax.checks import finite_float, json_count
 from posenc_jax.pretrained.families import llama, qwen2
-from posenc_jax.pretrained.families.moe_keys import moe_kwargs, refuse, refuse_quantized, single
-from posenc_jax.pretrained.families.record import Family, Row
+from posenc_jax.pretrained.families.moe_keys import moe_kwargs, refuse_quantized, single
+from posenc_jax.pretrained.families.record import Family, Row, refuse
 from posenc_jax.pretrained.families.transforms import SAME, TRANSPOSE
 
 __all__ = ["FAMILY", "O_BIAS", "SWIGLU"]

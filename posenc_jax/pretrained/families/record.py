@@ -31,9 +31,15 @@ import numpy as np
 
 from posenc_jax.pretrained.families.transforms import Layout
 
-__all__ = ["GGUF", "SPLITS", "Family", "Row"]
+__all__ = ["GGUF", "SPLITS", "Family", "Row", "refuse"]
 
 SPLITS = ("rows", "halves", "alternate")
+
+
+def refuse(where: Any, key: str, value: Any, allowed: str) -> ValueError:
+    """The ValueError for a config setting a record cannot compute, naming `where` (the
+    checkpoint), the key, its value and what is allowed (the mapping's and every hook's)."""
+    return ValueError(f"{where}: config {key}={value!r} is not supported here ({allowed})")
 
 
 @dataclasses.dataclass(frozen=True)
