@@ -9,7 +9,8 @@ loader, the GGUF reader and the exporter, and nobody else spelling a family's na
   export writing them so that they read back the same;
 - Phi-3's fused tensors: qkv_proj split into q, k, v and gate_up_proj into gate, up on load,
   fused again on export, bit for bit (random tensors, no transformers), partial rotary too;
-- the record's hooks: `read_keys` / `write_keys` only as a pair; `Row.moe` keeping a dense
+- the record's hooks: `read_keys` / `write_keys` only as a pair, `expresses` agreeing with
+  `sinks` / `attention_bias`; `Row.moe` keeping a dense
   MLP's rows and a MoE layer's (same param names) apart;
 - no family name (model_type, GGUF architecture, transformers class) in a string of the
   library outside its record.
@@ -241,11 +242,16 @@ def _record_modules() -> list[str]:
     return sorted(p.stem for p in folder.glob("*.py") if p.stem not in MACHINERY)
 
 
-def test_a_record_with_one_hook_of_the_pair_is_refused():
-    with pytest.raises(ValueError, match=r"^Family mine: read_keys and write_keys come as a "
-                                         r"pair \(an export must write back what a load reads\)"):
+@pytest.mark.parametrize("fields,message", [
+    ({"read_keys": lambda flat, out, where: None},
+     r"read_keys and write_keys come as a pair \(an export must write back what a load reads\)"),
+    ({"sinks": True}, r"sinks=True but 'sinks' not in expresses"),
+    ({"expresses": frozenset({"o_bias"})}, r"attention_bias=False but 'o_bias' in expresses"),
+])
+def test_a_record_whose_hooks_disagree_is_refused(fields, message):
+    with pytest.raises(ValueError, match=r"^Family mine: " + message):
         families.Family(model_type="mine", defaults={}, hf_tensors=(), export_class="Mine",
-                        read_keys=lambda flat, out, where: None)
+                        **fields)
 
 
 def test_dense_rows_and_moe_rows_claim_only_their_own_layers():

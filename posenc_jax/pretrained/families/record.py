@@ -122,7 +122,8 @@ class Family:
     one (asked in the registry's order), None: only when named;
     expresses: the features beyond the shared decoder an export as this family can write
     (`export_features.FEATURES`: "sinks", "o_bias", "chunk", "qk_l2_norm", "temperature"; and
-    "nope": NoPE layers), checked before any key is written;
+    "nope": NoPE layers), checked before any key is written; "sinks" / "o_bias" exactly when
+    `sinks` / `attention_bias` (their keys write them back; a record that disagrees is refused);
     read_keys: the family's own config.json keys -> `TransformerConfig` kwargs, beyond what the
     fields above say: fn(flat config dict (class defaults filled in), kwargs so far, where)
     updating the kwargs in place -- the mixture of experts (num_experts, router, moe_layers,
@@ -161,6 +162,11 @@ class Family:
         if (self.read_keys is None) != (self.write_keys is None):
             raise ValueError(f"Family {self.model_type}: read_keys and write_keys come as a "
                              "pair (an export must write back what a load reads)")
+        for feature, field, has in (("sinks", "sinks", self.sinks),
+                                    ("o_bias", "attention_bias", self.attention_bias)):
+            if has != (feature in self.expresses):  # the class's key writes it back
+                raise ValueError(f"Family {self.model_type}: {field}={has} but {feature!r} "
+                                 f"{'not ' if has else ''}in expresses")
 
     @property
     def norm_offset(self) -> float:
