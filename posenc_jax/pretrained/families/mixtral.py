@@ -30,10 +30,10 @@ EXPERTS = expert_rows(f"{llama.LAYER}block_sparse_moe.", (("w1", "gate"), ("w3",
 def read_keys(flat: Mapping[str, Any], out: dict, where: Any) -> None:
     """The TransformerConfig MoE kwargs of a Mixtral config.json into `out` (every layer
     sparse)."""
-    out.update({"num_experts": json_count("num_local_experts", flat["num_local_experts"]),
-            "experts_per_token": json_count("num_experts_per_tok", flat["num_experts_per_tok"]),
-            "moe_mlp_dim": json_count("intermediate_size", flat["intermediate_size"]),
-            "router": "softmax_topk_norm"})
+    out.update(num_experts=json_count("num_local_experts", flat["num_local_experts"]),
+               experts_per_token=json_count("num_experts_per_tok", flat["num_experts_per_tok"]),
+               moe_mlp_dim=json_count("intermediate_size", flat["intermediate_size"]),
+               router="softmax_topk_norm")
 
 
 def write_keys(cfg: Any, out: dict) -> None:
