@@ -2,8 +2,8 @@
 
 Each family lives in its own module beside this one (`llama.py`, `mistral.py`, `qwen2.py`,
 `qwen3.py`, `gemma.py`, `gemma3.py`, `phi3.py`, `qwen3_moe.py`, `mixtral.py`, `gpt_oss.py`,
-`llama4.py`), in the style of jax-ml/bonsai's
-`models/<family>/params.py`: one `Family` value holding
+`llama4.py`), in the style of jax-ml/bonsai's `models/<family>/params.py`: one `Family` value
+holding
 
 - the config mapping: the model class's defaults for keys a config.json may omit, its
   activation key and names, qkv bias, QK-norm, the Gemma features and where its sliding
@@ -61,9 +61,10 @@ class Row:
 
     moe: which layers the row belongs to -- None (any layer that has the params), True (only
     the layers whose MLP is the mixture of experts: `LayerSpec.moe`), False (only the dense
-    ones). A family whose dense and MoE layers share param names (Qwen3-MoE's
-    `mlp_only_layers`, Llama 4's interleaving: `mlp.gate` is [E, F] in one, [X, E, F] in the
-    other) marks both kinds of rows, so neither claims the other's params."""
+    ones). Dense and MoE layers share param names (`mlp.gate` is [E, F] in one, [X, E, F] in
+    the other: Qwen3-MoE's `mlp_only_layers`, Llama 4's interleaving), so every MLP row says
+    which it is (`llama.MLP`: False; routers, experts, shared experts: True) and neither kind
+    claims the other's params."""
 
     hf: str
     paths: tuple[tuple[str, ...], ...]
