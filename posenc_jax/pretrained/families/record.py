@@ -62,9 +62,10 @@ class Row:
     moe: which layers the row belongs to -- None (any layer that has the params), True (only
     the layers whose MLP is the mixture of experts: `LayerSpec.moe`), False (only the dense
     ones). Dense and MoE layers share param names (`mlp.gate` is [E, F] in one, [X, E, F] in
-    the other: Qwen3-MoE's `mlp_only_layers`, Llama 4's interleaving), so every MLP row says
-    which it is (`llama.MLP`: False; routers, experts, shared experts: True) and neither kind
-    claims the other's params."""
+    the other: Qwen3-MoE's `mlp_only_layers`, Llama 4's interleaving), so the MLP rows of
+    such layers say which they are (`llama.MLP`, Phi-3's gate_up_proj: False; the routers and
+    experts of Qwen3-MoE, Mixtral and Llama 4: True) and neither kind claims the other's
+    params (gpt-oss, all layers experts, leaves its rows None)."""
 
     hf: str
     paths: tuple[tuple[str, ...], ...]
