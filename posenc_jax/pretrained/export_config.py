@@ -15,8 +15,8 @@ rotate-half, Llama 4's interleaved pairs; p-RoPE, Resonance, partial rotary in a
 family, a scaling method transformers lacks), bidirectional attention, the ungated GELU MLP,
 and the features the family does not express (`export_features`, `Family.expresses`: gpt-oss's sinks and o_proj
 bias; Llama 4's chunks, QK L2-norm, temperature and NoPE layers) -- with a message naming the
-part. A family's own keys (MoE, layer pattern) are written by its record's `export` (or
-`moe_export`) and checked by the same read-back, which compares the MoE settings too.
+part. A family's own keys (MoE, layer pattern) are written by its record's `write_keys` and
+checked by the same read-back (its `read_keys`), which compares the MoE settings too.
 
 Format: transformers 5.x (`rope_parameters`, per layer type for Gemma 3); single-RoPE families
 also get the 4.x keys (`rope_theta`, `rope_scaling`), which 5.x reads as the same values.
@@ -215,8 +215,6 @@ def _draft(cfg: TransformerConfig, family: Family, base: Mapping[str, Any]) -> d
     for key in ("bos_token_id", "eos_token_id", "pad_token_id", "max_position_embeddings"):
         if base.get(key) is not None:
             out[key] = base[key]
-    if family.moe_export is not None:
-        out.update(family.moe_export(cfg))
     if family.gemma:  # a RoPE per layer type
         out["layer_types"], out["rope_parameters"] = _layer_ropes(cfg)
         scalar = cfg.query_pre_attn_scalar or cfg.head_dim  # transformers wants an int
@@ -245,8 +243,8 @@ def _draft(cfg: TransformerConfig, family: Family, base: Mapping[str, Any]) -> d
     enc = cfg.layer_encoding(0) if family.gemma else _single_rope(cfg)
     if enc.max_position_embeddings is not None:
         out["max_position_embeddings"] = enc.max_position_embeddings
-    if family.export is not None:
-        family.export(cfg, out)
+    if family.write_keys is not None:
+        family.write_keys(cfg, out)
     return out
 
 

@@ -8,7 +8,8 @@ MLP, ...). A `Target` is one checkpoint tensor: its Hugging Face shape and the p
 (`parts`: path, our shape, its place in the tensor, the layout; one part for a plain tensor,
 several for a fused one: Phi-3's qkv_proj (rows), Llama 4's and gpt-oss's expert gate_up_proj
 (halves / alternate columns of the last axis, `Row.split`)). Rows marked `moe` expand only
-on the layers whose MLP is (True) or is not (False) the mixture of experts. Shapes come from the model itself
+on the layers whose MLP is (True) or is not (False) the mixture of experts, so a dense MLP's
+rows never claim a MoE layer's stacked params of the same name. Shapes come from the model itself
 (`nnx.eval_shape`: no memory), so a record never writes a formula for them.
 
 A tied model ignores an `lm_head.weight` (some exports write the tied copy); Gemma 3's and
@@ -104,8 +105,6 @@ def _expand(row: Row, i: int | None, shapes: dict, cfg: TransformerConfig) -> Ta
     paths = [tuple(i if k == "{i}" else k for k in p) for p in row.paths]
     if not all(p in shapes for p in paths):
         return None
-    if row.layout.ndim is not None and any(len(shapes[p]) != row.layout.ndim for p in paths):
-        return None  # e.g. a dense MLP row and a MoE layer's stacked param of the same name
     first = row.layout.hf_shape(shapes[paths[0]])
     if row.split != "rows":  # along the last axis: halves or alternate columns
         n = len(paths)

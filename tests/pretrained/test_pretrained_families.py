@@ -9,6 +9,9 @@ loader, the GGUF reader and the exporter, and nobody else spelling a family's na
   export writing them so that they read back the same;
 - Phi-3's fused tensors: qkv_proj split into q, k, v and gate_up_proj into gate, up on load,
   fused again on export, bit for bit (random tensors, no transformers), partial rotary too;
+- the record's hooks: `read_keys` / `write_keys` only as a pair, `expresses` agreeing with
+  `sinks` / `attention_bias`; `Row.moe` keeping a dense
+  MLP's rows and a MoE layer's (same param names) apart;
 - no family name (model_type, GGUF architecture, transformers class) in a string of the
   library outside its record.
 """
@@ -28,6 +31,7 @@ from posenc_jax.pretrained import families
 from posenc_jax.pretrained.export_config import choose_model_type, hf_config
 from posenc_jax.pretrained.gguf_config import hf_config as gguf_hf_config
 from posenc_jax.pretrained.loader import build
+from posenc_jax.pretrained.names import targets
 from posenc_jax.pretrained.safetensors_io import open_safetensors
 from posenc_jax.pretrained.save import save
 
@@ -236,6 +240,36 @@ MACHINERY = ("__init__", "record", "transforms", "registry", "mapping", "moe_key
 def _record_modules() -> list[str]:
     folder = ROOT / "posenc_jax" / "pretrained" / "families"
     return sorted(p.stem for p in folder.glob("*.py") if p.stem not in MACHINERY)
+
+
+@pytest.mark.parametrize("fields,message", [
+    ({"read_keys": lambda flat, out, where: None},
+     r"read_keys and write_keys come as a pair \(an export must write back what a load reads\)"),
+    ({"sinks": True}, r"sinks=True but 'sinks' not in expresses"),
+    ({"expresses": frozenset({"o_bias"})}, r"attention_bias=False but 'o_bias' in expresses"),
+])
+def test_a_record_whose_hooks_disagree_is_refused(fields, message):
+    with pytest.raises(ValueError, match=r"^Family mine: " + message):
+        families.Family(model_type="mine", defaults={}, hf_tensors=(), export_class="Mine",
+                        **fields)
+
+
+def test_dense_rows_and_moe_rows_claim_only_their_own_layers():
+    cfg = TransformerConfig(vocab_size=32, num_layers=2, embed_dim=16, num_heads=2, mlp_dim=32,
+                            qk_norm=True, num_experts=4, experts_per_token=2, moe_mlp_dim=8,
+                            moe_layers=(1,))
+    plan = targets(cfg, families.by_model_type("qwen3_moe"))
+    mlp = {n: t.hf_shape for n, t in plan.items() if ".mlp." in n}
+    assert mlp == {
+        "model.layers.0.mlp.gate_proj.weight": (32, 16),
+        "model.layers.0.mlp.up_proj.weight": (32, 16),
+        "model.layers.0.mlp.down_proj.weight": (16, 32),
+        "model.layers.1.mlp.gate.weight": (4, 16),
+        "model.layers.1.mlp.experts.*.gate_proj.weight": (4, 8, 16),
+        "model.layers.1.mlp.experts.*.up_proj.weight": (4, 8, 16),
+        "model.layers.1.mlp.experts.*.down_proj.weight": (4, 16, 8)}
+    dense = targets(cfg, families.by_model_type("llama"))  # its MLP rows: dense layers only
+    assert sorted(n for n in dense if ".mlp." in n) == sorted(n for n in mlp if ".0." in n)
 
 
 def test_every_record_module_is_registered_once():

@@ -4,9 +4,11 @@
     families.by_model_type("phi3")           # the record (ValueError listing the known ones)
     families.config_kwargs(config_json, where=path)     # -> TransformerConfig kwargs
 
-`record` (the `Family` type), `transforms` (tensor layouts, GGUF fixes), one module per family
-(`llama`, `mistral`, `qwen2`, `qwen3`, `gemma`, `gemma3`, `phi3`), `registry` (the one list),
-`mapping` (config.json -> TransformerConfig through a record). A family's name is written only
+`record` (the `Family` type, its `read_keys` / `write_keys` hooks), `transforms` (tensor
+layouts, GGUF fixes), one module per family (`llama`, `mistral`, `qwen2`, `qwen3`, `gemma`,
+`gemma3`, `phi3`, `qwen3_moe`, `mixtral`, `gpt_oss`, `llama4`), `moe_keys` (the config keys the
+MoE families share), `registry` (the one list), `mapping` (config.json -> TransformerConfig
+through a record). A family's name is written only
 in its own module.
 """
 

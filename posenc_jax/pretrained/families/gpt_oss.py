@@ -33,8 +33,8 @@ from typing import Any
 
 from posenc_jax.checks import finite_float, json_count
 from posenc_jax.pretrained.families import llama, qwen2
-from posenc_jax.pretrained.families.moe_keys import moe_kwargs, refuse, refuse_quantized, single
-from posenc_jax.pretrained.families.record import Family, Row
+from posenc_jax.pretrained.families.moe_keys import moe_kwargs, refuse_quantized, single
+from posenc_jax.pretrained.families.record import Family, Row, refuse
 from posenc_jax.pretrained.families.transforms import SAME, TRANSPOSE
 
 __all__ = ["FAMILY", "O_BIAS", "SWIGLU"]
@@ -69,7 +69,7 @@ def layer_types(flat: Mapping[str, Any], num_layers: int, where: Any) -> list[st
     return list(types)
 
 
-def extra(flat: Mapping[str, Any], out: dict, where: Any) -> None:
+def read_keys(flat: Mapping[str, Any], out: dict, where: Any) -> None:
     """The MoE, the clamped SwiGLU's constants and the per-layer windows (module docstring)."""
     refuse_quantized(flat, where)
     for key, value in SWIGLU.items():
@@ -85,8 +85,8 @@ def extra(flat: Mapping[str, Any], out: dict, where: Any) -> None:
                    window if t == "sliding_attention" else None for t in types])
 
 
-def export(cfg: Any, out: dict) -> None:
-    """gpt-oss's keys for `cfg` (read back by `extra` and compared by the exporter)."""
+def write_keys(cfg: Any, out: dict) -> None:
+    """gpt-oss's keys for `cfg` (read back by `read_keys` and compared by the exporter)."""
     windows = cfg.sliding_window or (None,) * cfg.num_layers
     out.update(attention_bias=cfg.o_bias, num_local_experts=cfg.num_experts,
                num_experts_per_tok=cfg.experts_per_token, intermediate_size=cfg.moe_mlp_dim,
@@ -108,7 +108,7 @@ FAMILY = Family(
     activations={"silu": "swiglu_clamped"},
     attention_bias=True,
     sinks=True,
-    extra=extra,
     expresses=frozenset({"sinks", "o_bias"}),
-    export=export,
+    read_keys=read_keys,
+    write_keys=write_keys,
 )

@@ -49,11 +49,9 @@ ATTENTION = (
     Row(LAYER + "self_attn.v_proj.weight", ((*ATTN, "v_proj"),), HEADS_IN),
     Row(LAYER + "self_attn.o_proj.weight", ((*ATTN, "o_proj"),), HEADS_OUT),
 )
-MLP = (
-    Row(LAYER + "mlp.gate_proj.weight", (("layers", "{i}", "mlp", "gate"),), TRANSPOSE),
-    Row(LAYER + "mlp.up_proj.weight", (("layers", "{i}", "mlp", "up"),), TRANSPOSE),
-    Row(LAYER + "mlp.down_proj.weight", (("layers", "{i}", "mlp", "down"),), TRANSPOSE),
-)
+# the dense MLP (`moe=False`: a MoE layer's stacked mlp.gate / up / down are not these)
+MLP = tuple(Row(f"{LAYER}mlp.{x}_proj.weight", (("layers", "{i}", "mlp", x),), TRANSPOSE,
+                moe=False) for x in ("gate", "up", "down"))
 NORMS = (
     Row(LAYER + "input_layernorm.weight", (("layers", "{i}", "attn_norm", "scale"),), SAME),
     Row(LAYER + "post_attention_layernorm.weight", (("layers", "{i}", "mlp_norm", "scale"),),

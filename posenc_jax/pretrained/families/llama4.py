@@ -37,8 +37,8 @@ from typing import Any
 
 from posenc_jax.checks import boolean, finite_float, integer, json_count
 from posenc_jax.pretrained.families import gpt_oss, llama, qwen2
-from posenc_jax.pretrained.families.moe_keys import moe_kwargs, refuse, refuse_quantized, single
-from posenc_jax.pretrained.families.record import Family, Row
+from posenc_jax.pretrained.families.moe_keys import moe_kwargs, refuse_quantized, single
+from posenc_jax.pretrained.families.record import Family, Row, refuse
 from posenc_jax.pretrained.families.transforms import SAME, TRANSPOSE
 
 __all__ = ["FAMILY", "layer_pattern"]
@@ -119,7 +119,7 @@ def moe_layers(flat: Mapping[str, Any], n: int) -> tuple[int, ...]:
     return tuple(range(step - 1, n, step))
 
 
-def extra(flat: Mapping[str, Any], out: dict, where: Any) -> None:
+def read_keys(flat: Mapping[str, Any], out: dict, where: Any) -> None:
     """The layer pattern, the query temperature and the MoE (module docstring)."""
     refuse_quantized(flat, where)
     n = out["num_layers"]
@@ -134,8 +134,8 @@ def extra(flat: Mapping[str, Any], out: dict, where: Any) -> None:
                shared_expert_mlp_dim=experts_dim, moe_layers=layers)
 
 
-def export(cfg: Any, out: dict) -> None:
-    """Llama 4's keys for `cfg` (read back by `extra` and compared by the exporter)."""
+def write_keys(cfg: Any, out: dict) -> None:
+    """Llama 4's keys for `cfg` (read back by `read_keys` and compared by the exporter)."""
     specs = cfg.layer_specs
     temperature = single("floor_scale / attn_scale", [s.temperature for s in specs])
     floor, scale = temperature or (8192, 0.1)
@@ -163,7 +163,7 @@ FAMILY = Family(
                 + EXPERTS + llama.NORMS),
     export_class="Llama4ForCausalLM",
     attention_bias=True,
-    extra=extra,
     expresses=frozenset({"o_bias", "nope", "chunk", "qk_l2_norm", "temperature"}),
-    export=export,
+    read_keys=read_keys,
+    write_keys=write_keys,
 )

@@ -24,7 +24,7 @@ from posenc_jax.checks import finite_float, json_count
 from posenc_jax.encodings.hf.families import family_of
 from posenc_jax.encodings.hf.layers import transformer_config_kwargs
 from posenc_jax.encodings.hf.read import layer_types, resolve
-from posenc_jax.pretrained.families.record import Family
+from posenc_jax.pretrained.families.record import Family, refuse
 from posenc_jax.pretrained.families.registry import by_model_type
 
 __all__ = ["config_kwargs", "family_of_config", "layer_windows"]
@@ -61,10 +61,6 @@ def layer_windows(family: Family, flat: Mapping[str, Any], model_type: str,
     return [w if t == "sliding_attention" else None for t in types]
 
 
-def _unsupported(where: Any, key: str, value: Any, allowed: str) -> ValueError:
-    return ValueError(f"{where}: config {key}={value!r} is not supported here ({allowed})")
-
-
 def _tie(value: Any, where: Any) -> bool:
     """tie_word_embeddings: true / false (null: false); "no" or 0 is refused, not bool()-ed."""
     if value is not None and not isinstance(value, bool):
@@ -78,30 +74,28 @@ def config_kwargs(config: Mapping[str, Any], *, where: Any) -> dict[str, Any]:
 
     Raises ValueError naming `where` for an unsupported model_type, activation, attention
     soft-capping, bidirectional attention, MLP biases or attention biases in a family whose
-    class has none on o_proj; then the record's own `extra` (MoE, per-layer patterns)."""
+    class has none on o_proj; then the record's own `read_keys` (MoE, per-layer patterns)."""
     family, flat, model_type = family_of_config(config, where)
     out = transformer_config_kwargs({**flat, "model_type": model_type})
     act = flat.get(family.activation_key)
     if act not in family.activations:
-        raise _unsupported(where, family.activation_key, act,
+        raise refuse(where, family.activation_key, act,
                            f"valid: {', '.join(map(repr, family.activations))}")
     for key in ("mlp_bias", "attn_logit_softcapping", "use_bidirectional_attention"):
         if flat.get(key):
-            raise _unsupported(where, key, flat[key], "only false / null")
+            raise refuse(where, key, flat[key], "only false / null")
     bias = flat.get("attention_bias")
     if bias is not None and not isinstance(bias, bool):
         raise TypeError(f"{where}: config.json attention_bias must be true or false, got "
                         f"{bias!r} ({type(bias).__name__})")
     if bias and not family.attention_bias:  # o_proj would carry a bias too
-        raise _unsupported(where, "attention_bias", bias, "only false")
+        raise refuse(where, "attention_bias", bias, "only false")
     bias = bool(bias) and family.attention_bias
     out.update(mlp_activation=family.activations[act], qkv_bias=family.qkv_bias or bias,
                o_bias=bias, attention_sinks=family.sinks, qk_norm=family.qk_norm,
                tie_embeddings=_tie(flat.get("tie_word_embeddings"), where),
                norm_eps=finite_float("rms_norm_eps", flat["rms_norm_eps"], above=0.0),
                sliding_window=layer_windows(family, flat, model_type, out["num_layers"]))
-    if family.moe is not None:
-        out.update(family.moe(flat))
     if family.gemma:
         cap = flat.get("final_logit_softcapping")
         out.update(embed_scale="sqrt", norm_offset=1.0, post_norms=True,
@@ -113,6 +107,6 @@ def config_kwargs(config: Mapping[str, Any], *, where: Any) -> dict[str, Any]:
         out.update(embed_scale="sqrt", norm_offset=1.0)
     else:
         out.update(embed_scale=None)
-    if family.extra is not None:
-        family.extra(flat, out, where)
+    if family.read_keys is not None:
+        family.read_keys(flat, out, where)
     return out

@@ -21,24 +21,26 @@ from posenc_jax.pretrained.families import llama, mistral
 from posenc_jax.pretrained.families.qwen3_moe import expert_rows
 from posenc_jax.pretrained.families.record import Family
 
-__all__ = ["EXPERTS", "FAMILY", "moe_kwargs"]
+__all__ = ["EXPERTS", "FAMILY", "read_keys", "write_keys"]
 
 EXPERTS = expert_rows(f"{llama.LAYER}block_sparse_moe.", (("w1", "gate"), ("w3", "up"),
                                                           ("w2", "down")))
 
 
-def moe_kwargs(flat: Mapping[str, Any]) -> dict[str, Any]:
-    """The TransformerConfig MoE kwargs of a Mixtral config.json (every layer sparse)."""
-    return {"num_experts": json_count("num_local_experts", flat["num_local_experts"]),
-            "experts_per_token": json_count("num_experts_per_tok", flat["num_experts_per_tok"]),
-            "moe_mlp_dim": json_count("intermediate_size", flat["intermediate_size"]),
-            "router": "softmax_topk_norm"}
+def read_keys(flat: Mapping[str, Any], out: dict, where: Any) -> None:
+    """The TransformerConfig MoE kwargs of a Mixtral config.json into `out` (every layer
+    sparse)."""
+    out.update(num_experts=json_count("num_local_experts", flat["num_local_experts"]),
+               experts_per_token=json_count("num_experts_per_tok", flat["num_experts_per_tok"]),
+               moe_mlp_dim=json_count("intermediate_size", flat["intermediate_size"]),
+               router="softmax_topk_norm")
 
 
-def moe_config(cfg: Any) -> dict[str, Any]:
-    """The config.json keys of `cfg`'s experts (read back by `moe_kwargs`)."""
-    return {"num_local_experts": cfg.num_experts, "num_experts_per_tok": cfg.experts_per_token,
-            "intermediate_size": cfg.moe_mlp_dim}
+def write_keys(cfg: Any, out: dict) -> None:
+    """The config.json keys of `cfg`'s experts into the draft `out` (read back by
+    `read_keys`)."""
+    out.update(num_local_experts=cfg.num_experts, num_experts_per_tok=cfg.experts_per_token,
+               intermediate_size=cfg.moe_mlp_dim)
 
 
 FAMILY = Family(
@@ -49,6 +51,6 @@ FAMILY = Family(
     export_class="MixtralForCausalLM",
     windows=mistral.FAMILY.windows,
     claims=lambda cfg: cfg.num_experts > 0 and cfg.moe_layers is None,
-    moe=moe_kwargs,
-    moe_export=moe_config,
+    read_keys=read_keys,
+    write_keys=write_keys,
 )

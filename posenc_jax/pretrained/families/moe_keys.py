@@ -16,13 +16,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from posenc_jax.checks import finite_float, json_count
+from posenc_jax.pretrained.families.record import refuse
 
-__all__ = ["moe_kwargs", "refuse", "refuse_quantized", "single"]
-
-
-def refuse(where: Any, key: str, value: Any, allowed: str) -> ValueError:
-    """The ValueError for a config setting a record cannot compute, naming the key."""
-    return ValueError(f"{where}: config {key}={value!r} is not supported here ({allowed})")
+__all__ = ["moe_kwargs", "refuse_quantized", "single"]
 
 
 def single(key: str, values: Any) -> Any:

@@ -27,7 +27,8 @@ FUSED = (
         tuple((*llama.ATTN, f"{x}_proj") for x in "qkv"), HEADS_IN),
     llama.ATTENTION[3],  # o_proj
     Row(llama.LAYER + "mlp.gate_up_proj.weight",
-        (("layers", "{i}", "mlp", "gate"), ("layers", "{i}", "mlp", "up")), TRANSPOSE),
+        (("layers", "{i}", "mlp", "gate"), ("layers", "{i}", "mlp", "up")), TRANSPOSE,
+        moe=False),
     llama.MLP[2],  # down_proj
 )
 

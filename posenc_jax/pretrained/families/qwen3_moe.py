@@ -30,48 +30,52 @@ from posenc_jax.pretrained.families import llama, qwen2, qwen3
 from posenc_jax.pretrained.families.record import GGUF, Family, Row
 from posenc_jax.pretrained.families.transforms import EXPERTS_TRANSPOSE, TRANSPOSE
 
-__all__ = ["EXPERTS", "FAMILY", "expert_rows", "moe_kwargs"]
+__all__ = ["EXPERTS", "FAMILY", "expert_rows", "read_keys", "write_keys"]
 
 MLP = ("layers", "{i}", "mlp")
 
 
 def expert_rows(prefix: str, projections: tuple[tuple[str, str], ...]) -> tuple[Row, ...]:
     """The router `<prefix>gate.weight` -> mlp.router and the stacked experts
-    `<prefix>experts.*.<theirs>.weight` -> mlp.<ours> for (theirs, ours) in `projections`."""
-    return (Row(f"{prefix}gate.weight", ((*MLP, "router"),), TRANSPOSE),
-            *(Row(f"{prefix}experts.*.{theirs}.weight", ((*MLP, ours),), EXPERTS_TRANSPOSE)
-              for theirs, ours in projections))
+    `<prefix>experts.*.<theirs>.weight` -> mlp.<ours> for (theirs, ours) in `projections`,
+    on the MoE layers only (`Row.moe`; the dense layers of `mlp_only_layers` keep
+    `llama.MLP`'s rows)."""
+    return (Row(f"{prefix}gate.weight", ((*MLP, "router"),), TRANSPOSE, moe=True),
+            *(Row(f"{prefix}experts.*.{theirs}.weight", ((*MLP, ours),), EXPERTS_TRANSPOSE,
+                  moe=True) for theirs, ours in projections))
 
 
 EXPERTS = expert_rows(f"{llama.LAYER}mlp.", (("gate_proj", "gate"), ("up_proj", "up"),
                                              ("down_proj", "down")))
 
 
-def moe_kwargs(flat: Mapping[str, Any]) -> dict[str, Any]:
-    """The TransformerConfig MoE kwargs of a Qwen3-MoE config.json (module docstring)."""
+def read_keys(flat: Mapping[str, Any], out: dict, where: Any) -> None:
+    """The TransformerConfig MoE kwargs of a Qwen3-MoE config.json into `out` (module
+    docstring); none for a config without experts."""
     n = flat.get("num_local_experts", flat.get("num_experts", 128))
     n = 0 if n == 0 else json_count("num_experts", n)
     if not n:
-        return {}
+        return
     layers = json_count("num_hidden_layers", flat["num_hidden_layers"])
     step = json_count("decoder_sparse_step", flat["decoder_sparse_step"])
     dense = {integer("mlp_only_layers[]", i) for i in flat.get("mlp_only_layers") or ()}
     sparse = tuple(i for i in range(layers) if i not in dense and (i + 1) % step == 0)
     norm = boolean("norm_topk_prob", flat["norm_topk_prob"])
-    return {"num_experts": n,
-            "experts_per_token": json_count("num_experts_per_tok", flat["num_experts_per_tok"]),
-            "moe_mlp_dim": json_count("moe_intermediate_size", flat["moe_intermediate_size"]),
-            "router": "softmax_topk_norm" if norm else "softmax_topk",
-            "moe_layers": None if len(sparse) == layers else sparse}
+    out.update(num_experts=n,
+               experts_per_token=json_count("num_experts_per_tok", flat["num_experts_per_tok"]),
+               moe_mlp_dim=json_count("moe_intermediate_size", flat["moe_intermediate_size"]),
+               router="softmax_topk_norm" if norm else "softmax_topk",
+               moe_layers=None if len(sparse) == layers else sparse)
 
 
-def moe_config(cfg: Any) -> dict[str, Any]:
-    """The config.json keys of `cfg`'s experts (read back by `moe_kwargs`)."""
+def write_keys(cfg: Any, out: dict) -> None:
+    """The config.json keys of `cfg`'s experts into the draft `out` (read back by
+    `read_keys`)."""
     sparse = range(cfg.num_layers) if cfg.moe_layers is None else cfg.moe_layers
-    return {"num_experts": cfg.num_experts, "num_experts_per_tok": cfg.experts_per_token,
-            "moe_intermediate_size": cfg.moe_mlp_dim,
-            "norm_topk_prob": cfg.router == "softmax_topk_norm", "decoder_sparse_step": 1,
-            "mlp_only_layers": [i for i in range(cfg.num_layers) if i not in sparse]}
+    out.update(num_experts=cfg.num_experts, num_experts_per_tok=cfg.experts_per_token,
+               moe_intermediate_size=cfg.moe_mlp_dim,
+               norm_topk_prob=cfg.router == "softmax_topk_norm", decoder_sparse_step=1,
+               mlp_only_layers=[i for i in range(cfg.num_layers) if i not in sparse])
 
 
 GGUF_BLOCK = {**llama.GGUF_BLOCK, "ffn_gate_inp": "mlp.gate",
@@ -94,6 +98,6 @@ FAMILY = Family(
                         "moe_intermediate_size": 768, "num_experts_per_tok": 8},
               block=GGUF_BLOCK, top=llama.GGUF_TOP, complete=qwen2.all_full),
     claims=lambda cfg: cfg.qk_norm and cfg.num_experts > 0,
-    moe=moe_kwargs,
-    moe_export=moe_config,
+    read_keys=read_keys,
+    write_keys=write_keys,
 )

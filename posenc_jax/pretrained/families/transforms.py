@@ -13,9 +13,6 @@ moving an index array (`posenc_jax.pretrained.save`).
     EXPERTS_TRANSPOSE  [X, out, in] -> [X, in, out]   a MoE's stacked experts (the per-expert
                                                   tensors stacked: `pretrained.experts`)
 
-A layout with `ndim` fits only params of that rank (TRANSPOSE: 2, so a dense MLP's rows never
-claim a MoE layer's stacked [X, E, F] params of the same name).
-
 GGUF fixes (fn(w [HF layout] float32, config dict) -> w as transformers holds it):
 `unpermute_q` / `unpermute_k` undo llama.cpp's interleaved-RoPE row order of the llama
 architecture's q / k projections; `minus_one` turns Gemma's stored `1 + w` norms into `w`.
@@ -53,14 +50,13 @@ class Layout:
     name: str
     hf_shape: Callable[[Shape], Shape]
     to_ours: Callable[[np.ndarray, Shape], np.ndarray]
-    ndim: int | None = None
 
 
 SAME = Layout("same", lambda s: tuple(s), lambda w, s: w)
 TRANSPOSE = Layout("transpose", lambda s: tuple(s[::-1]),
-                   lambda w, s: np.ascontiguousarray(w.T), ndim=2)
+                   lambda w, s: np.ascontiguousarray(w.T))
 EXPERTS_TRANSPOSE = Layout("experts_transpose", lambda s: (s[0], s[2], s[1]),
-                           lambda w, s: np.ascontiguousarray(w.transpose(0, 2, 1)), ndim=3)
+                           lambda w, s: np.ascontiguousarray(w.transpose(0, 2, 1)))
 HEADS_IN = Layout("heads_in", lambda s: (s[1] * s[2], s[0]),
                   lambda w, s: np.ascontiguousarray(w.T).reshape(s))
 HEADS_OUT = Layout("heads_out", lambda s: (s[2], s[0] * s[1]),
