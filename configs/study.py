@@ -89,8 +89,8 @@ def get_config():
     # also double the fine-tunes. Name it in --config.encodings to study it. The two variants
     # and `longrope-searched` (below) are left out of the CPU default so that it stays within
     # its 15 minutes: each variant takes every scaling and fine-tune RoPE takes, and the
-    # searches compile 24 models per length (docs/study/new_rows.md ran them: about an hour at load
-    # 10-16). `with_variants_and_search` (configs/study_full.py applies it) or the two flags
+    # searches compile 24 models per length (docs/study/new_rows.md ran them: about an hour
+    # at load 10-16). `with_variants_and_search` (configs/study_full.py applies it) or the two flags
     #   --config.encodings_excluded=mrope --config.scalings=<the rules>,longrope-searched
     # put them in.
     config.encodings_excluded = "mrope,rope-window-sinks,rope-chunk-nope"
