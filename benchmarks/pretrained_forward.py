@@ -3,6 +3,8 @@
     /work/benchvenv/bin/python benchmarks/pretrained_forward.py              # L = 512, 2048, 8192
     python benchmarks/pretrained_forward.py --lengths 512,2048 --trials 3 \
         --torch_python=/work/goldenvenv/bin/python        # torch in another environment
+    python benchmarks/pretrained_forward.py --lengths 2048,8192,16384 --trials 2 \
+        --torch_python=/work/goldenvenv/bin/python        # long context (16k: not yet run)
     python benchmarks/pretrained_forward.py --smoke     # tiny random checkpoint, ours only (CI)
 
 Ours is `posenc_jax.pretrained.load` of `--gguf` (default
