@@ -34,8 +34,9 @@ import subprocess
 import sys
 import time
 
+from line_worker import TAG, LineWorker
+
 H, KV, D = 9, 3, 64
-TAG = "@@"  # protocol lines from the torch worker start with this; everything else is log
 
 
 def flops(length: int, grad: bool) -> float:
@@ -87,28 +88,16 @@ def torch_worker(threads: int) -> None:
         print(TAG + json.dumps({"seconds": time.perf_counter() - t}), flush=True)
 
 
-class TorchWorker:
-    def __init__(self, python: str, threads: int):
-        cmd = [python, str(pathlib.Path(__file__).resolve()), "--torch_worker",
-               "--torch_threads", str(threads)]
-        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     text=True, bufsize=1)
-        self.info = self._read()
+class TorchWorker(LineWorker):
+    """PyTorch's SDPA in `python` (this file with --torch_worker): `worker(length, grad)` ->
+    seconds of one call."""
 
-    def _read(self) -> dict:
-        for line in self.proc.stdout:
-            if line.startswith(TAG):
-                return json.loads(line[len(TAG):])
-            print("  torch worker:", line.rstrip(), flush=True)
-        raise RuntimeError(f"the torch worker exited (code {self.proc.wait()})")
+    def __init__(self, python: str, threads: int):
+        super().__init__([python, str(pathlib.Path(__file__).resolve()), "--torch_worker",
+                          "--torch_threads", str(threads)])
 
     def __call__(self, length: int, grad: bool) -> float:
-        self.proc.stdin.write(f"{length} {int(grad)}\n")
-        return self._read()["seconds"]
-
-    def close(self) -> None:
-        self.proc.stdin.close()
-        self.proc.wait(timeout=60)
+        return self.ask(f"{length} {int(grad)}")["seconds"]
 
 
 # --- ours -----------------------------------------------------------------------------------

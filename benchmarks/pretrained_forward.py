@@ -42,10 +42,11 @@ import subprocess
 import sys
 import time
 
+from line_worker import TAG, LineWorker
+
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 SMOKE_CHECKPOINT = ROOT / "tests" / "data" / "pretrained" / "tiny" / "llama"
-TAG = "@@"  # protocol lines from the torch worker start with this; everything else is log
 
 
 def default_gguf() -> pathlib.Path:
@@ -98,30 +99,18 @@ def torch_worker(gguf: str, attention: str, threads: int) -> None:
         del logits
 
 
-class TorchWorker:
-    def __init__(self, python: str, gguf: pathlib.Path, attention: str, threads: int):
-        cmd = [python, str(pathlib.Path(__file__).resolve()), "--torch_worker",
-               "--gguf", str(gguf), "--torch_attention", attention,
-               "--torch_threads", str(threads)]
-        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     text=True, bufsize=1,
-                                     env={**os.environ, "TQDM_DISABLE": "1"})  # GGUF's bar
-        self.info = self._read()
+class TorchWorker(LineWorker):
+    """transformers' model of the same GGUF in `python` (this file with --torch_worker):
+    `forward(length)` -> seconds of one forward."""
 
-    def _read(self) -> dict:
-        for line in self.proc.stdout:
-            if line.startswith(TAG):
-                return json.loads(line[len(TAG):])
-            print("  torch worker:", line.rstrip(), flush=True)
-        raise RuntimeError(f"the torch worker exited (code {self.proc.wait()})")
+    def __init__(self, python: str, gguf: pathlib.Path, attention: str, threads: int):
+        super().__init__([python, str(pathlib.Path(__file__).resolve()), "--torch_worker",
+                          "--gguf", str(gguf), "--torch_attention", attention,
+                          "--torch_threads", str(threads)],
+                         env={**os.environ, "TQDM_DISABLE": "1"})  # GGUF's bar
 
     def forward(self, length: int) -> float:
-        self.proc.stdin.write(f"{length}\n")
-        return self._read()["seconds"]
-
-    def close(self) -> None:
-        self.proc.stdin.close()
-        self.proc.wait(timeout=60)
+        return self.ask(str(length))["seconds"]
 
 
 # --- ours -----------------------------------------------------------------------------------
