@@ -75,7 +75,7 @@ SLOW_FILES = {
 # scripts/test.sh hands whole files to the two workers (`--dist loadfile`, in this order), so a
 # module's fixtures (a real model, a finished study) are built once, not once per worker, and
 # no long file starts last while the other worker sits idle. Seconds: issue 36's notes
-# (SUITETIME_NOTES.md), cold cache, a loaded 2-core machine; the notebooks come next, then
+# (docs/test_time.md), cold cache, a loaded 2-core machine; the notebooks come next, then
 # every other file in collection order. Re-sort it from a run's `--durations` when it drifts.
 FIRST = (
     "tests/study/test_study_parallel.py",              # 255 s
