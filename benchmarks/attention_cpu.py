@@ -34,7 +34,7 @@ import subprocess
 import sys
 import time
 
-from line_worker import TAG, LineWorker
+from line_worker import TAG, LineWorker, add_worker_flags
 
 H, KV, D = 9, 3, 64
 
@@ -206,10 +206,7 @@ def main() -> None:
     parser.add_argument("--implementations", default="auto,blockwise")
     parser.add_argument("--block", type=int, default=256, help="block_q = block_k of attend")
     parser.add_argument("--trials", type=int, default=3)
-    parser.add_argument("--torch_threads", type=int, default=os.cpu_count())
-    parser.add_argument("--torch_python", default=sys.executable)
-    parser.add_argument("--json", help="also write the results here")
-    parser.add_argument("--torch_worker", action="store_true", help=argparse.SUPPRESS)
+    add_worker_flags(parser)
     args = parser.parse_args()
     if args.torch_worker:
         return torch_worker(args.torch_threads)

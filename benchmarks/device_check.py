@@ -128,6 +128,18 @@ def run_extend_finetune(shapes: dict, out, deadline: float, outdir: pathlib.Path
         out("extend_finetune.md", md.read_text()[:6000])
 
 
+def run_logged(cmd: list[str], log: pathlib.Path, timeout: float) -> str:
+    """Runs `cmd` in the repository with its whole output in `log` (a killed run's too);
+    returns "ok", "failed rc=N" or "timed out after T s (resumable: ...)"."""
+    with open(log, "w") as f:
+        try:
+            p = subprocess.run(cmd, check=False, cwd=ROOT, stdout=f, stderr=subprocess.STDOUT,
+                               timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return f"timed out after {timeout:.0f} s (resumable: rerun the same command)"
+    return "ok" if p.returncode == 0 else f"failed rc={p.returncode}"
+
+
 #: The smoke's overrides: the same config on the tiny random Llama (C = 64), two methods.
 EXTEND_SMOKE = (
     f"--config.pretrained_dir={ROOT / 'tests/data/pretrained/tiny'}",
@@ -166,14 +178,8 @@ def run_extend_4c(shapes: dict, out, deadline: float, outdir: pathlib.Path) -> N
             statuses[arg] = "skipped: no time left of the section's budget"
             out(f"status_{arg}", statuses[arg])
             continue
-        log = outdir / f"extend_{arg}.log"  # kept whole: a killed run's output too
-        with open(log, "w") as f:
-            try:
-                p = subprocess.run(cmd, check=False, cwd=ROOT, stdout=f,
-                                   stderr=subprocess.STDOUT, timeout=left)
-                status = "ok" if p.returncode == 0 else f"failed rc={p.returncode}"
-            except subprocess.TimeoutExpired:
-                status = f"timed out after {left:.0f} s (resumable: rerun the same command)"
+        log = outdir / f"extend_{arg}.log"
+        status = run_logged(cmd, log, left)
         out(f"tail_{arg}", log.read_text(errors="replace").strip().splitlines()[-8:])
         statuses[arg] = status
         out(f"status_{arg}", status)
@@ -213,13 +219,7 @@ def run_longrope_2c(shapes: dict, out, deadline: float, outdir: pathlib.Path) ->
     cmd = longrope_command(outdir, smoke=shapes["smoke"])
     out("cmd", " ".join(cmd[1:]))
     log = outdir / "longrope_2c.log"
-    with open(log, "w") as f:
-        try:
-            p = subprocess.run(cmd, check=False, cwd=ROOT, stdout=f, stderr=subprocess.STDOUT,
-                               timeout=max(deadline - time.time(), 10))
-            out("status", "ok" if p.returncode == 0 else f"failed rc={p.returncode}")
-        except subprocess.TimeoutExpired:
-            out("status", "timed out (resumable: rerun the same command)")
+    out("status", run_logged(cmd, log, max(deadline - time.time(), 10)))
     out("tail", log.read_text(errors="replace").strip().splitlines()[-12:])
     result = outdir / "longrope_2c" / "result.json"
     if result.exists():

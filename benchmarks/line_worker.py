@@ -12,10 +12,22 @@ echoed here with the worker's name. The worker side imports nothing from here bu
 
 from __future__ import annotations
 
+import argparse
 import json
+import os
 import subprocess
+import sys
 
 TAG = "@@"  # protocol lines from a worker start with this; everything else is log
+
+
+def add_worker_flags(parser: argparse.ArgumentParser) -> None:
+    """The flags every benchmark with a torch worker takes: --torch_threads, --torch_python,
+    --json, and the hidden --torch_worker (the same file started as the worker)."""
+    parser.add_argument("--torch_threads", type=int, default=os.cpu_count())
+    parser.add_argument("--torch_python", default=sys.executable)
+    parser.add_argument("--json", help="also write the results here")
+    parser.add_argument("--torch_worker", action="store_true", help=argparse.SUPPRESS)
 
 
 class LineWorker:

@@ -42,7 +42,7 @@ import subprocess
 import sys
 import time
 
-from line_worker import TAG, LineWorker
+from line_worker import TAG, LineWorker, add_worker_flags
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -189,10 +189,7 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=5)
     parser.add_argument("--attention", default="auto", help="our attention backend")
     parser.add_argument("--torch_attention", default="sdpa", choices=("sdpa", "eager"))
-    parser.add_argument("--torch_threads", type=int, default=os.cpu_count())
-    parser.add_argument("--torch_python", default=sys.executable)
-    parser.add_argument("--json", help="also write the results here")
-    parser.add_argument("--torch_worker", action="store_true", help=argparse.SUPPRESS)
+    add_worker_flags(parser)
     args = parser.parse_args()
     if args.torch_worker:
         return torch_worker(args.gguf, args.torch_attention, args.torch_threads)
