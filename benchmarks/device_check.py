@@ -6,11 +6,12 @@
 $DEVICE_CHECK_SECTIONS (comma-separated) runs only those sections, the others recorded as
 skipped. Section time limits are in FULL / SMOKE below (x $DEVICE_CHECK_BUDGET_SCALE, default 1: the
 test sets 3, so a loaded CPU does not cut the smoke short). Writes OUT/device_check.json (keys platform, jax_version, device, mode, tests, rope,
-attention, train, study, extend_finetune, extend_4c, seconds) and OUT/device_check.md. Each section runs in its own
+attention, train, study, extend_finetune, extend_2c, longrope_2c, extend_4c, seconds) and OUT/device_check.md. Each section runs in its own
 process with its own time limit (so a crash, a hang or an out-of-memory in one part loses
 nothing else; only one process holds the accelerator at a time) and writes what it has
 measured as it goes: a section that fails is recorded with its error and partial results.
-Sections are in `benchmarks/device_sections.py`; the study is `python -m train.study` with
+Sections are in `benchmarks/device_sections.py` (the real-model ones in
+`benchmarks/device_extend.py`); the study is `python -m train.study` with
 `configs/study_ex5.py` (`:smoke` on CPU), run only when that config exists and time is left.
 """
 
@@ -22,7 +23,6 @@ import os
 import pathlib
 import subprocess
 import sys
-import sysconfig
 import tempfile
 import time
 
@@ -30,13 +30,16 @@ HERE = pathlib.Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path[:0] = [str(ROOT), str(HERE)]
 
+import device_extend  # noqa: E402  (no JAX: the sections start it in their own process)
+
 FULL = {
     "numerics": (2, 1024, 8, 128), "block": 512, "rope": (4, 8192, 16, 128), "reps": 3,
     "matmul_n": 8192, "train_steps": 10, "train_batch": (16, 2048),
     "train_model": {"num_layers": 24, "embed_dim": 1024, "num_heads": 8, "mlp_dim": 3328,
                     "vocab_size": 256},
     "budget": {"tests": 60, "rope": 20, "attention": 100, "train": 80, "kernel": 100,
-               "study": None, "extend_finetune": 300, "extend_4c": 250, "longrope_2c": 300},
+               "study": None, "extend_finetune": 300, "extend_2c": 270, "longrope_2c": 150,
+               "extend_4c": 120},
     "extend_steps": 200,
     "total_budget": 500,  # seconds for all sections: the study gets what is left
     "smoke": False,
@@ -48,13 +51,14 @@ SMOKE = {
     "train_model": {"num_layers": 2, "embed_dim": 32, "num_heads": 2, "mlp_dim": 64,
                     "vocab_size": 256},
     "budget": {"tests": 30, "rope": 15, "attention": 30, "train": 45, "kernel": 45,
-               "study": None, "extend_finetune": 90, "extend_4c": 90, "longrope_2c": 60},
+               "study": None, "extend_finetune": 90, "extend_2c": 60, "longrope_2c": 60,
+               "extend_4c": 60},
     "extend_steps": 3,
     "total_budget": 305,
     "pytest": [], "smoke": True,
 }
 SECTIONS = ("tests", "rope", "attention", "train", "kernel", "study", "extend_finetune",
-            "extend_4c", "longrope_2c")
+            "extend_2c", "longrope_2c", "extend_4c")
 
 
 def run_section(name: str, shapes: dict, path: pathlib.Path, deadline: float,
@@ -103,10 +107,10 @@ def run_section(name: str, shapes: dict, path: pathlib.Path, deadline: float,
         run_study(shapes, out, deadline, outdir)
     elif name == "extend_finetune":
         run_extend_finetune(shapes, out, deadline, outdir)
-    elif name == "extend_4c":
-        run_extend_4c(shapes, out, deadline, outdir)
+    elif name in ("extend_2c", "extend_4c"):
+        device_extend.run_extend(name[-2:].upper(), shapes, out, deadline, outdir)
     elif name == "longrope_2c":
-        run_longrope_2c(shapes, out, deadline, outdir)
+        device_extend.run_longrope_2c(shapes, out, deadline, outdir)
 
 
 def run_extend_finetune(shapes: dict, out, deadline: float, outdir: pathlib.Path) -> None:
@@ -126,104 +130,6 @@ def run_extend_finetune(shapes: dict, out, deadline: float, outdir: pathlib.Path
     md = outdir / "extend_finetune.md"
     if md.exists():
         out("extend_finetune.md", md.read_text()[:6000])
-
-
-def run_logged(cmd: list[str], log: pathlib.Path, timeout: float) -> str:
-    """Runs `cmd` in the repository with its whole output in `log` (a killed run's too);
-    returns "ok", "failed rc=N" or "timed out after T s (resumable: ...)"."""
-    with open(log, "w") as f:
-        try:
-            p = subprocess.run(cmd, check=False, cwd=ROOT, stdout=f, stderr=subprocess.STDOUT,
-                               timeout=timeout)
-        except subprocess.TimeoutExpired:
-            return f"timed out after {timeout:.0f} s (resumable: rerun the same command)"
-    return "ok" if p.returncode == 0 else f"failed rc={p.returncode}"
-
-
-#: The smoke's overrides: the same config on the tiny random Llama (C = 64), two methods.
-EXTEND_SMOKE = (
-    f"--config.pretrained_dir={ROOT / 'tests/data/pretrained/tiny'}",
-    "--config.model.smollm2.file=llama", "--config.model.smollm2.add_bos=True",
-    "--config.methods=none,yarn", "--config.texts=prose", "--config.passkey.depths=0.5",
-    "--config.passkey.keys_per_depth=1", "--config.passkey.max_new_tokens=6",
-    "--config.calibrate_len=32", "--config.calibrate_attention_len=64")
-
-
-def extend_commands(outdir: pathlib.Path, *, smoke: bool) -> list[list[str]]:
-    """`python -m train.extend --config=configs/extend_2c.py` (the 2C table: every method,
-    prose and code, passkey at C and 2C), then the same with `:4C` (lengths and passkey to
-    4C = 32,768 tokens) in the same workdir, so the 4C run reuses every 2C job it shares (the
-    job fingerprints match) and a budget that runs out cuts 4C, never 2C. The smoke runs both
-    on the tiny Llama (C = 64; its 2C step without passkey, whose prompt needs 173 tokens)."""
-    config = ROOT / "configs" / "extend_2c.py"
-    cmds = []
-    for arg in ("2C", "4C"):
-        cmd = [sys.executable, "-m", "train.extend", f"--config={config}:{arg}",
-               f"--workdir={outdir / 'extend_4c'}"]
-        if smoke:  # C = 64 is too short for a passkey prompt below 4C
-            cmd += [*EXTEND_SMOKE, "--config.passkey.lengths=4C" if arg == "4C"
-                    else "--config.passkey.enabled=False"]
-        cmds.append(cmd)
-    return cmds
-
-
-def run_extend_4c(shapes: dict, out, deadline: float, outdir: pathlib.Path) -> None:
-    """The 2C table, then 4C (`extend_commands`); resumable, so a run cut by its budget
-    continues on the next device run (carry OUT/extend_4c back as the workdir). Each step's
-    report lands in OUT; `report.md` is the last one written."""
-    statuses, reports = {}, {}
-    for arg, cmd in zip(("2C", "4C"), extend_commands(outdir, smoke=shapes["smoke"])):
-        left = deadline - time.time()
-        if left < 10:
-            statuses[arg] = "skipped: no time left of the section's budget"
-            out(f"status_{arg}", statuses[arg])
-            continue
-        log = outdir / f"extend_{arg}.log"
-        status = run_logged(cmd, log, left)
-        out(f"tail_{arg}", log.read_text(errors="replace").strip().splitlines()[-8:])
-        statuses[arg] = status
-        out(f"status_{arg}", status)
-        out(f"cmd_{arg}", " ".join(cmd[1:]))
-        report = outdir / "extend_4c" / "report.md"
-        if report.exists():
-            reports[arg] = report.read_text()[:6000]
-            out(f"report_{arg}.md", reports[arg])
-    done = all(s == "ok" for s in statuses.values()) and len(statuses) == 2
-    out("status", "ok" if done else "incomplete: see status_2C / status_4C")
-    if reports:
-        out("report.md", reports.get("4C", reports.get("2C")))
-
-
-def longrope_command(outdir: pathlib.Path, *, smoke: bool) -> list[str]:
-    """`python -m train.longrope` (issue 35): LongRoPE's evolutionary search for SmolLM2 at
-    2C = 16,384 tokens on the extension study's prose (`pydoc_data/topics.py`), bfloat16,
-    a small population (each candidate compiles once: the factors are static). The smoke:
-    the tiny Llama, 64 -> 128, one generation of three."""
-    text = pathlib.Path(sysconfig.get_paths()["stdlib"]) / "pydoc_data" / "topics.py"
-    if smoke:
-        ckpt, target = ROOT / "tests/data/pretrained/tiny/llama", 128
-        search = ["--generations=1", "--population=3", "--parents=2", "--mutations=1",
-                  "--crossovers=0"]
-    else:
-        ckpt, target = ROOT / ".pretrained" / "SmolLM2-135M-Instruct.Q4_1.gguf", 16384
-        search = ["--generations=4", "--population=12", "--parents=6", "--mutations=3",
-                  "--crossovers=3", "--dtype=bfloat16", "--attention=blockwise"]
-    return [sys.executable, "-m", "train.longrope", f"--checkpoint={ckpt}",
-            f"--target_length={target}", f"--text={text}",
-            f"--workdir={outdir / 'longrope_2c'}", "--starts=0", *search]
-
-
-def run_longrope_2c(shapes: dict, out, deadline: float, outdir: pathlib.Path) -> None:
-    """The search (`longrope_command`), resumable in OUT/longrope_2c; its log lines and
-    result.json land in the section."""
-    cmd = longrope_command(outdir, smoke=shapes["smoke"])
-    out("cmd", " ".join(cmd[1:]))
-    log = outdir / "longrope_2c.log"
-    out("status", run_logged(cmd, log, max(deadline - time.time(), 10)))
-    out("tail", log.read_text(errors="replace").strip().splitlines()[-12:])
-    result = outdir / "longrope_2c" / "result.json"
-    if result.exists():
-        out("result", json.loads(result.read_text()))
 
 
 def run_study(shapes: dict, out, deadline: float, outdir: pathlib.Path) -> None:

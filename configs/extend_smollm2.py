@@ -21,6 +21,8 @@ Keys:
   dtype, attention, block_size   how the model runs ('' attention: as loaded; 'auto' is
                     blockwise past 2048 on a CPU, the kernel on an accelerator; this default:
                     'blockwise' at every length, the path the estimate is calibrated on)
+  scan_layers       the blocks as one lax.scan (one layer compiled instead of 30; the same
+                    results): what the device run sets, where compiles dominate
   calibrate_len     tokens of the forward that calibrates the time estimate (its matmuls)
   calibrate_attention_len  tokens of one layer's attention timed alone (attention's rate;
                     0: one rate for both)
@@ -74,6 +76,7 @@ def get_config():
     config.dtype = "float32"
     config.attention = "blockwise"
     config.block_size = 0
+    config.scan_layers = False
     config.calibrate_len = 512
     config.calibrate_attention_len = 4096
     config.scaling_overrides = ml_collections.ConfigDict()

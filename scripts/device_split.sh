@@ -6,8 +6,11 @@
 #   call 1, carry [".device_carry"]:  bash scripts/device_split.sh a    # first part + wheels;
 #       runs the sections that need no model file (tests, rope, attention, train, kernel)
 #   call 2, carry [".device_carry"]:  bash scripts/device_split.sh b    # second part; joins,
-#       checks the sha256 and runs extend_4c (the SmolLM2 2C table, then 4C);
-#       DEVICE_SPLIT_B=longrope_2c runs LongRoPE's search for SmolLM2 at 2C instead
+#       checks the sha256 and runs extend_2c, longrope_2c, extend_4c (benchmarks/device_extend.py)
+#   bash scripts/device_split.sh restore      # HERE, after the calls: the blanked files back
+# A call carries at most 64 MiB with the working tree (17 MB tracked): prepare blanks the tracked
+# files over 150 kB under tests/data and docs (no section reads them; `git checkout` restores
+# them, and `restore` does that), so half the model and the tree fit in one call.
 # Each call leaves one tarball in $OUT (OUT/<step>.tgz: device_check.{json,md}, the sections'
 # JSON, the extension study's results and logs). If the machine went back between the calls,
 # step b finds no first part and says so; it does not guess. Sections: $DEVICE_SPLIT_A and
@@ -20,7 +23,7 @@ MODEL=SmolLM2-135M-Instruct.Q4_1.gguf
 CUT=44000000          # bytes in the first part; the rest goes in the second
 LIB="${TMPDIR:-/tmp}/posenc_device_pylib"
 PARTS="${TMPDIR:-/tmp}/posenc_device_parts"
-step="${1:?usage: bash scripts/device_split.sh prepare|a|b}"
+step="${1:?usage: bash scripts/device_split.sh prepare|a|b|restore}"
 
 run_sections() {  # $1: the sections, $2: the tarball's name
   local dir="${TMPDIR:-/tmp}/device_check_$2"
@@ -48,7 +51,13 @@ case "$step" in
     for w in ml_collections tensorboardx tqdm gguf; do
       cp .device_wheels/${w}-*.whl .device_carry/b/ 2>/dev/null
     done
+    git ls-files tests/data docs | while read -r f; do
+      [ "$(stat -c %s "$f")" -gt 150000 ] && echo "$f"; done > .device_carry/blanked
+    while read -r f; do : > "$f"; done < .device_carry/blanked
+    echo "device_split: blanked $(wc -l < .device_carry/blanked) tracked files (restore: bash $0 restore)"
     du -sh .device_carry/a .device_carry/b ;;
+  restore)
+    git checkout -- $(cat .device_carry/blanked) && echo "device_split: restored" ;;
   a)
     mkdir -p "$PARTS" && cp .device_carry/a/part1 "$PARTS/" || exit 1
     "${PYTHON:-python3}" -m pip install --quiet --no-index --no-deps --target "$LIB" .device_carry/a/*.whl \
@@ -69,6 +78,6 @@ case "$step" in
       echo "device_split: .pretrained/$MODEL does not match its sha256 after joining"
       exit 4
     fi
-    run_sections "${DEVICE_SPLIT_B:-extend_4c}" b ;;
-  *) echo "device_split: unknown step '$step' (prepare, a or b)"; exit 2 ;;
+    run_sections "${DEVICE_SPLIT_B:-extend_2c,longrope_2c,extend_4c}" b ;;
+  *) echo "device_split: unknown step '$step' (prepare, a, b or restore)"; exit 2 ;;
 esac

@@ -65,6 +65,7 @@ ELSEWHERE = {
 NOT_SCRIPTS = {
     "torch_twin.py": "the PyTorch model of vs_pytorch.py's torch worker (bench extra only)",
     "device_sections.py": "the sections device_check.py runs",
+    "device_extend.py": "the real-model sections device_check.py runs (extension, LongRoPE)",
     "line_worker.py": "the torch-worker protocol attention_cpu.py and pretrained_forward.py share",
 }
 

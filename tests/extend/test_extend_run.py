@@ -88,6 +88,17 @@ def test_chunked_loss_equals_the_logits_and_is_causal():
                                rtol=1e-5, atol=1e-5)  # why `none`'s prefixes are its rows
 
 
+def test_scanned_layers_give_the_same_losses_with_the_same_params():
+    """config.scan_layers (what the device run sets: one layer compiled, not every one)."""
+    model = tiny_load()("x").model
+    scanned = runner.with_attention(model, "", 0, True)
+    assert scanned.config.scan_layers and not model.config.scan_layers
+    assert runner.with_attention(model, "", 0, False) is model
+    ids = np.random.default_rng(1).integers(3, 128, 97)
+    np.testing.assert_allclose(measure.position_nll(scanned, ids),
+                               measure.position_nll(model, ids), rtol=1e-5, atol=1e-5)
+
+
 def test_end_to_end_then_rerun_does_nothing(tmp_path, capsys):
     config, workdir = tiny_config(tmp_path), str(tmp_path / "ext")
     calls = []

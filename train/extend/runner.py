@@ -31,13 +31,17 @@ from train.extend import settings as settings_lib
 from train.extend.plan import PasskeyJob, Plan, PplJob, plan_of
 
 
-def with_attention(model, attention: str, block_size: int):
-    """`model` with another attention implementation (same params); unchanged for ''."""
-    if not attention or (attention == model.config.attention
-                         and block_size in (0, model.config.block_size)):
+def with_attention(model, attention: str, block_size: int, scan_layers: bool = False):
+    """`model` with another attention implementation and / or its blocks scanned (same
+    params: a scanned model stacks the layers' params at trace time); unchanged for ('', 0,
+    False)."""
+    cfg = model.config
+    if ((not attention or (attention == cfg.attention and block_size in (0, cfg.block_size)))
+            and scan_layers == cfg.scan_layers):
         return model
-    cfg = dataclasses.replace(model.config, attention=attention,
-                              block_size=block_size or model.config.block_size)
+    cfg = dataclasses.replace(cfg, attention=attention or cfg.attention,
+                              block_size=block_size or cfg.block_size,
+                              scan_layers=scan_layers or cfg.scan_layers)
     abstract = nnx.eval_shape(lambda: type(model)(cfg, rngs=nnx.Rngs(0)))
     graphdef, _ = nnx.split(abstract)
     return nnx.merge(graphdef, nnx.state(model))
@@ -63,7 +67,8 @@ class Context:
             start = time.perf_counter()
             s = self.plan.settings
             self.loaded = self.load(s.model(name).path, dtype=s.dtype, rope_scaling=scaling)
-            self.model = with_attention(self.loaded.model, s.attention, s.block_size)
+            self.model = with_attention(self.loaded.model, s.attention, s.block_size,
+                                        s.scan_layers)
             self.load_seconds = time.perf_counter() - start
             self.key = key
         return self.loaded, self.model

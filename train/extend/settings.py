@@ -25,8 +25,8 @@ from train.extend import prompts, texts
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 KEYS = ("models", "model", "pretrained_dir", "methods", "lengths", "texts", "passkey",
-        "tolerance", "passkey_threshold", "dtype", "attention", "block_size", "calibrate_len",
-        "calibrate_attention_len", "scaling_overrides")
+        "tolerance", "passkey_threshold", "dtype", "attention", "block_size", "scan_layers",
+        "calibrate_len", "calibrate_attention_len", "scaling_overrides")
 MODEL_KEYS = ("file", "context", "rotary_dim", "add_bos", "passkey_lengths")
 PASSKEY_KEYS = ("enabled", "lengths", "depths", "keys_per_depth", "digits", "seed",
                 "max_new_tokens")
@@ -89,7 +89,8 @@ class Settings:
     dtype: str
     attention: str
     block_size: int
-    calibrate_len: int
+    scan_layers: bool   # the blocks as one lax.scan (same params, same results): one
+    calibrate_len: int  # layer compiled, not 30; not in the job fingerprints
     calibrate_attention_len: int
     scaling_overrides: tuple[tuple[str, Any], ...]   # (method, frozen dict of keys)
 
@@ -219,6 +220,7 @@ def read(config, *, inspect: Callable[[str], Facts] = checkpoint_facts) -> Setti
                                               config.passkey_threshold, above=0.0, maximum=1.0),
         dtype=checks.one_of("config.dtype", config.dtype, DTYPES), attention=attention,
         block_size=checks.integer("config.block_size", config.block_size, minimum=0),
+        scan_layers=checks.boolean("config.scan_layers", config.get("scan_layers", False)),
         calibrate_len=checks.positive_int("config.calibrate_len", config.calibrate_len),
         calibrate_attention_len=checks.integer("config.calibrate_attention_len",
                                                config.get("calibrate_attention_len", 0),
