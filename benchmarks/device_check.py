@@ -38,8 +38,8 @@ FULL = {
     "train_model": {"num_layers": 24, "embed_dim": 1024, "num_heads": 8, "mlp_dim": 3328,
                     "vocab_size": 256},
     "budget": {"tests": 60, "rope": 20, "attention": 100, "train": 80, "kernel": 100,
-               "study": None, "extend_finetune": 300, "extend_2c": 270, "longrope_2c": 150,
-               "extend_4c": 120},
+               "study": None, "extend_finetune": 300, "extend_2c": 250, "longrope_2c": 170,
+               "extend_4c": 100},
     "extend_steps": 200,
     "total_budget": 500,  # seconds for all sections: the study gets what is left
     "smoke": False,

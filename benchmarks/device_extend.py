@@ -110,7 +110,7 @@ def longrope_command(outdir: pathlib.Path, *, smoke: bool) -> list[str]:
                   "--crossovers=0"]
     else:
         ckpt, target = ROOT / ".pretrained" / "SmolLM2-135M-Instruct.Q4_1.gguf", 16384
-        search = ["--generations=3", "--population=8", "--parents=4", "--mutations=2",
+        search = ["--generations=2", "--population=8", "--parents=4", "--mutations=3",
                   "--crossovers=2", "--dtype=float32", "--attention=dense"]
     return [sys.executable, "-m", "train.longrope", f"--checkpoint={ckpt}",
             f"--target_length={target}", f"--text={text}",
