@@ -7,6 +7,7 @@ import io
 import json
 import os
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -16,6 +17,7 @@ from posenc_jax import pretrained
 from posenc_jax.model.config import TransformerConfig, thaw
 from posenc_jax.model.transformer import Transformer
 from train.longrope import cli, export
+from train.longrope import fitness as fitness_lib
 from train.longrope.fitness import Perplexity, windows
 from train.longrope.space import Candidate
 
@@ -64,6 +66,27 @@ def test_fitness_model_is_the_model_pretrained_load_builds_from_the_export(fit, 
     logp -= np.log(np.exp(logp).sum(-1, keepdims=True))
     nll = -np.mean(np.take_along_axis(logp, fit.tokens[0, 1:, None].astype(np.int64), -1))
     assert fit(best) == pytest.approx(np.exp(nll), rel=1e-4)
+
+
+def test_runtime_factors_give_the_static_models_nll_and_compile_once(fit):
+    """Every candidate (factors, start 0 and > 0) runs through ONE compiled `window_nll`, and
+    gives the NLL of the static model that `config(candidate)` describes (float32)."""
+    tokens = jnp.asarray(fit.tokens)
+    graphdef, _ = fit.program
+    checked = [Candidate((100, 130, 170, 240), 0), Candidate((150, 150, 200, 250), 8)]
+    fit.nll(Candidate((200,) * 4, 0))
+    compiled = fitness_lib.window_nll._cache_size()
+    for cand in checked:
+        static_graph, empty, state = nnx.split(fit.model(cand), fitness_lib._is_table, ...)
+        assert len(jax.tree.leaves(empty)) == 0  # the static model has no tables
+        want = float(fitness_lib.window_nll(state, empty, tokens, graphdef=static_graph,
+                                            chunk=fit.chunk)) / (TARGET - 1)
+        assert fit.nll(cand) == pytest.approx(want, rel=2e-6, abs=0)
+    again = Perplexity.load(TINY, target_length=TARGET, text=README, samples=1)
+    assert again.program[0] == graphdef  # another search at this shape: the same program
+    again.nll(Candidate((110, 120, 130, 140), 2))
+    # the static models compiled once each; the runtime path never again
+    assert fitness_lib.window_nll._cache_size() == compiled + len(checked)
 
 
 def test_a_start_count_runs_here_and_export_refuses_it(fit, tmp_path):
