@@ -62,6 +62,32 @@ def test_the_plan_builds_each_variant_with_its_attention(load_config, data_dir):
     assert {j.encoding for j in plan.of_kind("eval")} == set(VARIANTS)
 
 
+def test_the_searched_fine_tune_searches_then_tunes_with_the_factors_found(load_config,
+                                                                          data_dir):
+    """The paper's recipe as jobs: search at the fine-tune length on the pretrained model (the
+    tuned model's first job, so its worker runs it before the fine-tune), fine-tune with the
+    found factors, evaluate every length with them (`search` read at run time)."""
+    config = _config(load_config, data_dir)
+    config.encodings = "rope"
+    config.finetune.scalings = f"yarn,{searched.SEARCHED}"
+    plan = study_plan.make_plan(config, "/nonexistent/entries")
+    name = f"rope.ft-{searched.SEARCHED}"
+    search, tune, *evals = plan.jobs_for(name)
+    assert (search.kind, search.searched_model, search.target_len) == (
+        searched.SearchJob.kind, "rope", 48)
+    zero_shot = [j for j in plan.of_kind(search.kind) if j.model == "rope"]
+    assert [j.fingerprint for j in zero_shot] == [search.fingerprint]  # the same search
+    assert (tune.kind, tune.base, tune.search) == ("finetune", "rope",
+                                                   (search.name, search.fingerprint))
+    assert [(e.eval_len, e.finetune_len, e.search) for e in evals] == [
+        (n, 48, tune.search) for n in (24, 48)]
+    assert "scaling" not in plan.train_configs[name].model.encoding_kwargs  # set at run time
+    yarn = plan.jobs_for("rope.ft-yarn")
+    assert [j.kind for j in yarn] == ["finetune", "eval", "eval"] and not yarn[0].search
+    config.passkey.enabled = True  # a passkey model has no searched fine-tune (nor zero-shot)
+    assert not study_plan.make_plan(config, "/x").jobs_for(f"rope.passkey.ft-{searched.SEARCHED}")
+
+
 @pytest.mark.parametrize("variant, message", [
     ({"encoding": "rotary"}, "config.variants.bad.encoding='rotary' is not a registered"),
     ({"encoding": "rope", "model": {"encoding": "alibi"}}, "config.variants.bad.model has keys"),

@@ -93,11 +93,14 @@ class TrainJob(Job):
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class FinetuneJob(TrainJob):
     """Train `model` with `plan.train_configs[model]` starting from `base`'s checkpoint at
-    `step` (`train.finetune`): the pretrained state is its first checkpoint."""
+    `step` (`train.finetune`): the pretrained state is its first checkpoint. `search`: the
+    searched method's fine-tune takes the factors of that search's result at run time
+    ((name, fingerprint); `train.study.searched.tuned_config`)."""
 
     kind: ClassVar[str] = "finetune"
     base: str
     step: int
+    search: tuple = ()
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
