@@ -20,7 +20,8 @@ from posenc_jax.model.config import thaw
 from train import evaluation, sharding
 from train.longrope import fitness
 from train.study import plan as study_plan
-from train.study import runner, searched
+from train.engine.flops import dense_forward_flops_per_token as flops_per_token
+from train.study import report, runner, searched
 
 VARIANTS = ("rope-window-sinks", "rope-chunk-nope")
 
@@ -86,6 +87,26 @@ def test_the_searched_fine_tune_searches_then_tunes_with_the_factors_found(load_
     assert [j.kind for j in yarn] == ["finetune", "eval", "eval"] and not yarn[0].search
     config.passkey.enabled = True  # a passkey model has no searched fine-tune (nor zero-shot)
     assert not study_plan.make_plan(config, "/x").jobs_for(f"rope.passkey.ft-{searched.SEARCHED}")
+
+
+def test_the_estimate_counts_every_search_evaluation_at_the_search_rate(load_config, data_dir):
+    """A search is one compile (`train.longrope.fitness`) and `evaluations` forwards over its
+    windows at config.estimate_search_gflops (batch-1 windows: slower than the evaluations'
+    rate); the printed estimate adds them (it used to count a compile per evaluation at 1 s,
+    and printed 4.9 minutes for a 27.5-minute run)."""
+    config = _config(load_config, data_dir)
+    config.estimate_search_gflops = 0.25
+    plan = study_plan.make_plan(config, "/nonexistent/entries")
+    search = plan.of_kind(searched.SearchJob.kind)[0]
+    per_window = flops_per_token(plan.model_configs[search.model], 48) * 48
+    assert search.compiles == 1 and search.flops == pytest.approx(5 * 2 * per_window)  # 96 // 48
+    assert plan.estimate(search) == pytest.approx(search.flops / 0.25e9 + 1.0)
+    line = report.summary(plan, plan.jobs)
+    minutes = float(line.split("estimated ")[1].split(" min")[0])
+    assert minutes == pytest.approx(sum(map(plan.estimate, plan.jobs)) / 60, abs=0.05)
+    del config.estimate_search_gflops  # absent: the evaluations' rate
+    assert study_plan.make_plan(config, "/x").estimate(search) == pytest.approx(
+        search.flops / (config.estimate_gflops * 1e9) + 1.0)
 
 
 @pytest.mark.parametrize("variant, message", [

@@ -67,8 +67,10 @@ class Plan:
         return [job for job in self.jobs if job.model == model]
 
     def estimate(self, job: Job) -> float:
-        """Estimated seconds: FLOPs / config.estimate_gflops + compilations x compile time."""
-        return (job.flops / (float(self.config.estimate_gflops) * 1e9)
+        """Estimated seconds: FLOPs / the job kind's rate (`config[job.rate_key]`, default
+        config.estimate_gflops) + compilations x config.estimate_compile_s."""
+        rate = self.config.get(job.rate_key) or self.config.estimate_gflops
+        return (job.flops / (float(rate) * 1e9)
                 + job.compiles * float(self.config.estimate_compile_s))
 
 

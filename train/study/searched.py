@@ -99,6 +99,7 @@ class SearchJob(Job):
     `model`, so that the fine-tune runs after it in the same worker."""
 
     kind: ClassVar[str] = "longrope_search"
+    rate_key: ClassVar[str] = "estimate_search_gflops"  # batch-1 windows, the model's attention
     train_len: int
     target_len: int
     settings: Any = ()      # Settings.identity(), frozen
@@ -125,7 +126,7 @@ def plan_search(config, *, model: str, train_fp: str, mc, train_len: int, target
                                               "search": s.identity()}),
                      flops=s.search.evaluations * flops_per_token(mc, target_len)
                      * samples * target_len,
-                     compiles=s.search.evaluations)
+                     compiles=1)  # one program for every candidate (`train.longrope.fitness`)
 
 
 def run_search(ctx, job: SearchJob, *, params) -> dict:
