@@ -19,6 +19,7 @@ from posenc_jax.model.transformer import Transformer
 from train.longrope import cli, export
 from train.longrope import fitness as fitness_lib
 from train.longrope.fitness import Perplexity, windows
+from train.longrope.short import ShortFactors
 from train.longrope.space import Candidate
 
 TINY = os.path.join(os.path.dirname(__file__), "..", "data", "pretrained", "tiny", "llama")
@@ -87,6 +88,32 @@ def test_runtime_factors_give_the_static_models_nll_and_compile_once(fit):
     again.nll(Candidate((110, 120, 130, 140), 2))
     # the static models compiled once each; the runtime path never again
     assert fitness_lib.window_nll._cache_size() == compiled + len(checked)
+
+
+def test_short_factor_fitness_runs_the_short_regime_with_the_long_factors_kept(fit):
+    """The second search: windows of the original 64 tokens, the candidate as short_factor,
+    the long candidate's long_factor and start in the dict; one compile for its candidates."""
+    long = Candidate((100, 130, 170, 240), 2)
+    short = ShortFactors.after(fit, long)
+    assert short.tokens.shape == (2, 64) and short.scale == 2.0
+    np.testing.assert_array_equal(short.tokens.reshape(-1), fit.tokens.reshape(-1))
+    space = short.space()
+    ones, longs = short.seeds(space)
+    assert space.starts == (0,) and longs.steps == long.steps and set(ones.steps) == {100}
+    cand = Candidate((100, 110, 120, 150), 0)
+    assert short.scaling(cand) == {**fit.scaling(long), "short_factor": [1.0, 1.1, 1.2, 1.5]}
+    assert short.config(cand).layer_encoding(0).unscaled_start == 2
+    tokens = jnp.asarray(short.tokens)
+    logits = np.asarray(short.model(ones)(tokens), np.float64)[:, :-1]  # the static model
+    logp = logits - logits.max(-1, keepdims=True)
+    logp -= np.log(np.exp(logp).sum(-1, keepdims=True))
+    nll = -np.mean(np.take_along_axis(logp, short.tokens[:, 1:, None].astype(np.int64), -1))
+    assert short(ones) == pytest.approx(np.exp(nll), rel=1e-4)
+    compiled = fitness_lib.window_nll._cache_size()
+    assert short(cand) != short(ones) and fitness_lib.window_nll._cache_size() == compiled
+    with pytest.raises(ValueError, match="short_factor windows of 128 tokens must be at most"):
+        ShortFactors(fit.source, fit.tokens, original=64, extended=128, long=long,
+                     rebuild=fit.rebuild)
 
 
 def test_a_start_count_runs_here_and_export_refuses_it(fit, tmp_path):
@@ -178,6 +205,22 @@ def test_gemma3_searches_its_full_attention_layers_only():
     np.testing.assert_array_equal(fit.model(zero)(jnp.asarray(tokens)),
                                   want(jnp.asarray(tokens)))
     assert np.isfinite(fit(cand)) and fit(cand) != fit(zero)
+
+
+def test_command_searches_short_factor_after_the_long_one(tmp_path):
+    argv = [f"--checkpoint={TINY}", f"--target_length={TARGET}", f"--text={README}",
+            f"--workdir={tmp_path}", "--generations=1", "--population=2", "--parents=1",
+            "--mutations=1", "--crossovers=0", "--starts=0", "--short_factor"]
+    out = io.StringIO()
+    summary = cli.run(cli.parser().parse_args(argv), out=out)
+    assert "short_factor search: 2 window(s) of 64" in out.getvalue()
+    scaling = json.loads((tmp_path / "rope_scaling.json").read_text())
+    assert scaling == summary["rope_scaling"] and len(scaling["short_factor"]) == 4
+    assert summary["short_perplexity"] <= min(summary["short_seeds"].values())
+    assert (tmp_path / "short" / "log.jsonl").exists()
+    lm = pretrained.load(TINY, rope_scaling=scaling)
+    assert list(lm.config.layer_encoding(0).scaling_dict["short_factor"]) == (
+        scaling["short_factor"])
 
 
 def test_command_with_a_start_count_writes_no_rope_scaling_and_says_why(tmp_path):

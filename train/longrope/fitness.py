@@ -93,10 +93,8 @@ class Perplexity:
         self.scan_layers, self.chunk = scan_layers, chunk
         self.target_length = int(self.tokens.shape[1])
         self.original = integer("original", original, minimum=1)
-        if self.target_length <= self.original:
-            raise ValueError(f"target_length={self.target_length} must exceed {where}'s "
-                             f"original context max_position_embeddings={self.original}")
-        self.state = nnx.state(model)
+        self._check_length()
+        self.source, self.state = model, nnx.state(model)
         probe = rebuild({"rope_type": "linear", "factor": self.scale})
         scaled = [probe.layer_encoding(i) for i in range(probe.num_layers)
                   if getattr(probe.layer_encoding(i), "scaling", None) is not None]
@@ -138,6 +136,11 @@ class Perplexity:
         tokens = windows(ids, target_length=target_length, samples=samples)
         return cls.pretrained(lm, tokens, where=str(checkpoint), attention=attention, **kwargs)
 
+    def _check_length(self) -> None:
+        if self.target_length <= self.original:
+            raise ValueError(f"target_length={self.target_length} must exceed {self.where}'s "
+                             f"original context max_position_embeddings={self.original}")
+
     @property
     def scale(self) -> float:
         return self.target_length / self.original
@@ -158,10 +161,14 @@ class Perplexity:
         return export.scaling_dict(candidate, step=self.step, target_length=self.target_length,
                                    original_max_position_embeddings=self.original)
 
+    def start(self, candidate: Candidate) -> int:
+        """The count of first positions kept at the original rotation: the candidate's."""
+        return candidate.start
+
     def config(self, candidate: Candidate) -> TransformerConfig:
         """The model config with the candidate's factors and start count."""
         cfg = export.with_start(self.rebuild(self.scaling(candidate)),
-                                candidate.start)
+                                self.start(candidate))
         if self.scan_layers and cfg.layer_encodings is None:  # one encoding: compile once, not
             cfg = dataclasses.replace(cfg, scan_layers=True)  # per layer (same params)
         return cfg
