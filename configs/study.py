@@ -45,7 +45,8 @@ Keys:
   encoding_kwargs    <encoding>: kwargs
   length_kwargs      <encoding>: comma-separated kwargs that default to L (the learned
                      table's max_len, T5's max_distance)
-  estimate_gflops, estimate_compile_s   the cost model behind the printed time estimate
+  estimate_gflops, estimate_compile_s, estimate_search_gflops   the cost model behind the
+                     printed time estimate (the last: the searches' evaluations)
   train              the training config of every model (configs/default.py's keys); its
                      seq_len is L and its seed the init and data-order seed
 """
@@ -88,9 +89,10 @@ def get_config():
     # M-RoPE on text-only positions is RoPE (all sections get the same position); it would
     # also double the fine-tunes. Name it in --config.encodings to study it. The two variants
     # and `longrope-searched` (below) are left out of the CPU default so that it stays within
-    # its 15 minutes: each variant takes every scaling and fine-tune RoPE takes, and the
-    # searches compile 24 models per length (docs/study/new_rows.md ran them: about an hour
-    # at load 10-16). `with_variants_and_search` (configs/study_full.py applies it) or the two flags
+    # its 15 minutes: each variant takes every scaling and fine-tune RoPE takes (the searches
+    # are cheap since one program serves every candidate: 1.5-21 s per search here, where they
+    # compiled 24 models per length before; docs/study/new_rows.md).
+    # `with_variants_and_search` (configs/study_full.py applies it) or the two flags
     #   --config.encodings_excluded=mrope --config.scalings=<the rules>,longrope-searched
     # put them in.
     config.encodings_excluded = "mrope,rope-window-sinks,rope-chunk-nope"
@@ -110,9 +112,11 @@ def get_config():
         "rope+yarn": "8-16x, fine-tuning recommended"})
     config.scalings = RULES
     # LongRoPE's search per model and eval length past L, small: 8 + 2 x 8 = 24 evaluations
-    # (each compiles once) on 2,048 validation bytes (the paper: 64 + 40 x 32). Measured:
-    # 134-153 s per search at 2L-8L (about 6 s per evaluation, nearly all compiling) on the
-    # 2 shared vCPUs at load 10-16 (docs/study/new_rows.md); 4 per model that takes a scaling.
+    # on 2,048 validation bytes (the paper: 64 + 40 x 32), one compiled program per search.
+    # Measured: 1.5-9 s per search at 2L-8L, 17-21 s at 16L, on the 2 shared vCPUs at load
+    # 8-10 with 2 workers (docs/study/new_rows.md; 134-305 s when every candidate compiled);
+    # 4 per model that takes a scaling. Their forwards (batch-1 windows, the model's dense
+    # attention) ran at about 3 GFLOP/s there: the estimate's rate for them.
     config.longrope_search = ml_collections.ConfigDict({
         "generations": 2, "population": 8, "parents": 4, "mutations": 4, "crossovers": 4,
         "rate": 0.3, "seed": 0, "tokens": 2048, "split": "validation", "starts": ""})
@@ -131,6 +135,7 @@ def get_config():
     # 1,147 s on 2 cores (2026-12-01).
     config.estimate_gflops = 35.0
     config.estimate_compile_s = 1.0
+    config.estimate_search_gflops = 3.0  # the searches' evaluations (see longrope_search)
 
     train = default.get_config()
     train.seed = 0

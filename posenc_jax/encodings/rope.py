@@ -314,18 +314,21 @@ class RotaryBase(Encoding):
             inv = freqs.truncate(inv, fraction=self.p_rope)
         return inv, factor
 
-    def rotate(self, params, q, k, q_positions, k_positions, *, seq_len=None):
-        integer_array("q_positions", q_positions)
-        integer_array("k_positions", k_positions)
+    def _tables(self, params, k_positions, seq_len):
+        """positions -> (cos, sin) float32 [..., L, R]: the rotation of this call."""
+        del params
         if not self.is_length_dependent:
             seq_len = None
         elif seq_len is None:
             seq_len = jnp.max(k_positions) + 1
         inv_freq, factor = self.frequencies(seq_len)
+        # the factor is a concrete float32, never traced
+        return lambda positions: self._table(positions, inv_freq, float(factor))
 
-        def table(positions):  # the factor is a concrete float32, never traced
-            return self._table(positions, inv_freq, float(factor))
-
+    def rotate(self, params, q, k, q_positions, k_positions, *, seq_len=None):
+        integer_array("q_positions", q_positions)
+        integer_array("k_positions", k_positions)
+        table = self._tables(params, k_positions, seq_len)
         k_cos, k_sin = table(k_positions)
         if q_positions is k_positions:  # self-attention without a cache: one table for both
             q_cos, q_sin = k_cos, k_sin
@@ -347,24 +350,71 @@ class RoPE(RotaryBase, KernelRotary, LengthDependent):
     rest with the scaled ones. 0 (the default) is the scaled rotation alone; no transformers
     config can express n > 0, and no kernel applies it (`kernel_rotation` refuses: use a
     backend that calls `rotate`). Without a scaling dict it changes nothing.
+
+    `frequency_table=True` moves the rotation from this static config into the params: `init`
+    returns `frequency_params(max_position_embeddings)` (inv_freq [R], attention_factor [],
+    unscaled_start [], float32) and `rotate` reads them, so new frequencies, attention factor
+    or start count need new params, not a new program (LongRoPE's search runs every candidate
+    through one compiled loss: `train.longrope.fitness`). The params are the rotation at any
+    length (not length-dependent) and in the model they are `nnx.Param`s like any encoding's
+    (a trainer would train them; keep param_dtype float32: bfloat16 frequencies are coarse).
+    No kernel applies it (`kernel_rotation` refuses).
     """
 
     unscaled_start: int = 0
+    frequency_table: bool = False
 
     def __post_init__(self):
         super().__post_init__()
         integer("unscaled_start", self.unscaled_start, minimum=0)
+        boolean("frequency_table", self.frequency_table)
+
+    def init(self, key):
+        """`{}`; with `frequency_table`, `frequency_params` at max_position_embeddings."""
+        del key
+        return self.frequency_params(self.max_position_embeddings) if self.frequency_table else {}
+
+    def frequency_params(self, seq_len: int | None = None) -> dict[str, Array]:
+        """The rotation at length `seq_len` (None: within the original context) as the params
+        a `frequency_table` encoding rotates with: inv_freq float32 [R], attention_factor
+        float32 [] and unscaled_start float32 [] (0 without a scaling dict). Give them to
+        `rotate` as params and it rotates exactly as this static encoding does at that length."""
+        inv, factor = self.frequencies(seq_len)
+        start = self.unscaled_start if self.scaling is not None else 0
+        return {"inv_freq": jnp.asarray(inv, jnp.float32),
+                "attention_factor": jnp.asarray(factor, jnp.float32),
+                "unscaled_start": jnp.asarray(start, jnp.float32)}
+
+    @property
+    def is_length_dependent(self) -> bool:
+        """As `RotaryBase`'s; never with `frequency_table` (the params are the rotation)."""
+        return not self.frequency_table and super().is_length_dependent
+
+    def _tables(self, params, k_positions, seq_len):
+        """`RotaryBase._tables`; with `frequency_table`, from the params (traced)."""
+        if not self.frequency_table:
+            return super()._tables(params, k_positions, seq_len)
+        inv_freq = params["inv_freq"].astype(jnp.float32)
+        factor = params["attention_factor"].astype(jnp.float32)
+        start = params["unscaled_start"].astype(jnp.float32)
+        return lambda positions: self._start_table(positions, inv_freq, factor, start)
 
     def _table(self, positions, inv_freq, factor: float):
         """`RotaryBase._table`, with the rows of positions < unscaled_start at the unscaled
         frequencies (the same attention factor)."""
-        cos, sin = super()._table(positions, inv_freq, factor)
         if self.unscaled_start == 0 or self.scaling is None:
-            return cos, sin
-        plain, _ = dataclasses.replace(self, scaling=None, unscaled_start=0).frequencies()
+            return super()._table(positions, inv_freq, factor)
+        return self._start_table(positions, inv_freq, factor, self.unscaled_start)
+
+    def _start_table(self, positions, inv_freq, factor, start):
+        """cos, sin [..., L, R] at `inv_freq`, and at the unscaled frequencies for positions
+        < `start` (an int, or a traced float32 scalar); both times `factor`."""
+        cos, sin = cos_sin(positions, inv_freq, attention_factor=factor)
+        plain, _ = dataclasses.replace(self, scaling=None, unscaled_start=0,
+                                       frequency_table=False).frequencies()
         cos0, sin0 = cos_sin(positions, plain, attention_factor=factor)
-        start = (jnp.asarray(positions) < self.unscaled_start)[..., None]      # [..., L, 1]
-        return jnp.where(start, cos0, cos), jnp.where(start, sin0, sin)
+        kept = (jnp.asarray(positions).astype(jnp.float32) < start)[..., None]  # [..., L, 1]
+        return jnp.where(kept, cos0, cos), jnp.where(kept, sin0, sin)
 
     def regime(self, k_positions):
         if not self.is_length_dependent:
@@ -374,6 +424,10 @@ class RoPE(RotaryBase, KernelRotary, LengthDependent):
 
     def kernel_rotation(self, params, *, seq_len=None):
         """inv_freq [R], attention factor and layout, for a kernel that rotates in-kernel."""
+        if self.frequency_table:
+            raise ValueError("rope: frequency_table=True (the rotation read from params, its "
+                             "unscaled start a runtime value) cannot be applied in-kernel; use "
+                             "an attention backend that calls rotate ('dense' or 'blockwise')")
         if self.unscaled_start and self.scaling is not None:
             raise ValueError(f"rope: unscaled_start={self.unscaled_start} (positions with their "
                              "own frequencies) cannot be applied in-kernel; use an attention "

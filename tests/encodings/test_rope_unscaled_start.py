@@ -64,3 +64,30 @@ def test_unscaled_start_is_checked_and_refused_in_kernel():
     with pytest.raises(ValueError, match="unscaled_start=4 .* cannot be applied in-kernel; use "
                                          "an attention backend that calls rotate"):
         enc.kernel_rotation({}, seq_len=64)
+
+
+def test_frequency_table_rotates_as_the_static_encoding_under_one_program():
+    """`frequency_table`: the rotation is read from params, so several static encodings
+    (factors, starts, attention factors) are one jitted function with new params each."""
+    q = jax.random.normal(jax.random.key(2), (1, 40, 2, 2 * R))
+    pos = jnp.arange(40)
+    table = posenc_jax.get("rope", head_dim=2 * R, scaling=SCALING, frequency_table=True,
+                           max_position_embeddings=64)
+    assert not table.is_length_dependent and int(table.regime(pos)) == 0
+    rotate = jax.jit(lambda p, q: table.rotate(p, q, q, pos, pos)[0])
+    cases = [(SCALING, 0), (SCALING, 5), ({**SCALING, "long_factor": [1.0, 1.0, 3.0, 8.0],
+                                           "factor": 9.0}, 12), (None, 0)]
+    for scaling, start in cases:
+        static = posenc_jax.get("rope", head_dim=2 * R, scaling=scaling, unscaled_start=start)
+        params = static.frequency_params(40)
+        want = jax.jit(lambda q: static.rotate({}, q, q, pos, pos)[0])(q)  # another program:
+        np.testing.assert_allclose(rotate(params, q), want, rtol=0, atol=5e-7)  # 1-2 ulp
+    assert rotate._cache_size() == 1
+    init = table.init(jax.random.key(0))  # the config's own rotation, at its context (long)
+    np.testing.assert_array_equal(init["inv_freq"], table.frequencies(64)[0])
+    assert float(init["unscaled_start"]) == 0.0 and init["attention_factor"].dtype == jnp.float32
+    assert posenc_jax.get("rope", head_dim=8).init(jax.random.key(0)) == {}
+    with pytest.raises(ValueError, match="frequency_table=True .* cannot be applied in-kernel"):
+        table.kernel_rotation(init)
+    with pytest.raises(TypeError, match="frequency_table must be a bool"):
+        posenc_jax.get("rope", head_dim=8, frequency_table=1)

@@ -20,7 +20,8 @@ from posenc_jax.model.config import thaw
 from train import evaluation, sharding
 from train.longrope import fitness
 from train.study import plan as study_plan
-from train.study import runner, searched
+from train.engine.flops import dense_forward_flops_per_token as flops_per_token
+from train.study import report, runner, searched
 
 VARIANTS = ("rope-window-sinks", "rope-chunk-nope")
 
@@ -60,6 +61,52 @@ def test_the_plan_builds_each_variant_with_its_attention(load_config, data_dir):
     searches = plan.of_kind(searched.SearchJob.kind)
     assert [(j.model, j.target_len) for j in searches] == [(v, 48) for v in VARIANTS]
     assert {j.encoding for j in plan.of_kind("eval")} == set(VARIANTS)
+
+
+def test_the_searched_fine_tune_searches_then_tunes_with_the_factors_found(load_config,
+                                                                          data_dir):
+    """The paper's recipe as jobs: search at the fine-tune length on the pretrained model (the
+    tuned model's first job, so its worker runs it before the fine-tune), fine-tune with the
+    found factors, evaluate every length with them (`search` read at run time)."""
+    config = _config(load_config, data_dir)
+    config.encodings = "rope"
+    config.finetune.scalings = f"yarn,{searched.SEARCHED}"
+    plan = study_plan.make_plan(config, "/nonexistent/entries")
+    name = f"rope.ft-{searched.SEARCHED}"
+    search, tune, *evals = plan.jobs_for(name)
+    assert (search.kind, search.searched_model, search.target_len) == (
+        searched.SearchJob.kind, "rope", 48)
+    zero_shot = [j for j in plan.of_kind(search.kind) if j.model == "rope"]
+    assert [j.fingerprint for j in zero_shot] == [search.fingerprint]  # the same search
+    assert (tune.kind, tune.base, tune.search) == ("finetune", "rope",
+                                                   (search.name, search.fingerprint))
+    assert [(e.eval_len, e.finetune_len, e.search) for e in evals] == [
+        (n, 48, tune.search) for n in (24, 48)]
+    assert "scaling" not in plan.train_configs[name].model.encoding_kwargs  # set at run time
+    yarn = plan.jobs_for("rope.ft-yarn")
+    assert [j.kind for j in yarn] == ["finetune", "eval", "eval"] and not yarn[0].search
+    config.passkey.enabled = True  # a passkey model has no searched fine-tune (nor zero-shot)
+    assert not study_plan.make_plan(config, "/x").jobs_for(f"rope.passkey.ft-{searched.SEARCHED}")
+
+
+def test_the_estimate_counts_every_search_evaluation_at_the_search_rate(load_config, data_dir):
+    """A search is one compile (`train.longrope.fitness`) and `evaluations` forwards over its
+    windows at config.estimate_search_gflops (batch-1 windows: slower than the evaluations'
+    rate); the printed estimate adds them (it used to count a compile per evaluation at 1 s,
+    and printed 4.9 minutes for a 27.5-minute run)."""
+    config = _config(load_config, data_dir)
+    config.estimate_search_gflops = 0.25
+    plan = study_plan.make_plan(config, "/nonexistent/entries")
+    search = plan.of_kind(searched.SearchJob.kind)[0]
+    per_window = flops_per_token(plan.model_configs[search.model], 48) * 48
+    assert search.compiles == 1 and search.flops == pytest.approx(5 * 2 * per_window)  # 96 // 48
+    assert plan.estimate(search) == pytest.approx(search.flops / 0.25e9 + 1.0)
+    line = report.summary(plan, plan.jobs)
+    minutes = float(line.split("estimated ")[1].split(" min")[0])
+    assert minutes == pytest.approx(sum(map(plan.estimate, plan.jobs)) / 60, abs=0.05)
+    del config.estimate_search_gflops  # absent: the evaluations' rate
+    assert study_plan.make_plan(config, "/x").estimate(search) == pytest.approx(
+        search.flops / (config.estimate_gflops * 1e9) + 1.0)
 
 
 @pytest.mark.parametrize("variant, message", [

@@ -7,6 +7,7 @@ import io
 import json
 import os
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -16,7 +17,9 @@ from posenc_jax import pretrained
 from posenc_jax.model.config import TransformerConfig, thaw
 from posenc_jax.model.transformer import Transformer
 from train.longrope import cli, export
+from train.longrope import fitness as fitness_lib
 from train.longrope.fitness import Perplexity, windows
+from train.longrope.short import ShortFactors
 from train.longrope.space import Candidate
 
 TINY = os.path.join(os.path.dirname(__file__), "..", "data", "pretrained", "tiny", "llama")
@@ -64,6 +67,53 @@ def test_fitness_model_is_the_model_pretrained_load_builds_from_the_export(fit, 
     logp -= np.log(np.exp(logp).sum(-1, keepdims=True))
     nll = -np.mean(np.take_along_axis(logp, fit.tokens[0, 1:, None].astype(np.int64), -1))
     assert fit(best) == pytest.approx(np.exp(nll), rel=1e-4)
+
+
+def test_runtime_factors_give_the_static_models_nll_and_compile_once(fit):
+    """Every candidate (factors, start 0 and > 0) runs through ONE compiled `window_nll`, and
+    gives the NLL of the static model that `config(candidate)` describes (float32)."""
+    tokens = jnp.asarray(fit.tokens)
+    graphdef, _ = fit.program
+    checked = [Candidate((100, 130, 170, 240), 0), Candidate((150, 150, 200, 250), 8)]
+    fit.nll(Candidate((200,) * 4, 0))
+    compiled = fitness_lib.window_nll._cache_size()
+    for cand in checked:
+        static_graph, empty, state = nnx.split(fit.model(cand), fitness_lib._is_table, ...)
+        assert len(jax.tree.leaves(empty)) == 0  # the static model has no tables
+        want = float(fitness_lib.window_nll(state, empty, tokens, graphdef=static_graph,
+                                            chunk=fit.chunk)) / (TARGET - 1)
+        assert fit.nll(cand) == pytest.approx(want, rel=2e-6, abs=0)
+    again = Perplexity.load(TINY, target_length=TARGET, text=README, samples=1)
+    assert again.program[0] == graphdef  # another search at this shape: the same program
+    again.nll(Candidate((110, 120, 130, 140), 2))
+    # the static models compiled once each; the runtime path never again
+    assert fitness_lib.window_nll._cache_size() == compiled + len(checked)
+
+
+def test_short_factor_fitness_runs_the_short_regime_with_the_long_factors_kept(fit):
+    """The second search: windows of the original 64 tokens, the candidate as short_factor,
+    the long candidate's long_factor and start in the dict; one compile for its candidates."""
+    long = Candidate((100, 130, 170, 240), 2)
+    short = ShortFactors.after(fit, long)
+    assert short.tokens.shape == (2, 64) and short.scale == 2.0
+    np.testing.assert_array_equal(short.tokens.reshape(-1), fit.tokens.reshape(-1))
+    space = short.space()
+    ones, longs = short.seeds(space)
+    assert space.starts == (0,) and longs.steps == long.steps and set(ones.steps) == {100}
+    cand = Candidate((100, 110, 120, 150), 0)
+    assert short.scaling(cand) == {**fit.scaling(long), "short_factor": [1.0, 1.1, 1.2, 1.5]}
+    assert short.config(cand).layer_encoding(0).unscaled_start == 2
+    tokens = jnp.asarray(short.tokens)
+    logits = np.asarray(short.model(ones)(tokens), np.float64)[:, :-1]  # the static model
+    logp = logits - logits.max(-1, keepdims=True)
+    logp -= np.log(np.exp(logp).sum(-1, keepdims=True))
+    nll = -np.mean(np.take_along_axis(logp, short.tokens[:, 1:, None].astype(np.int64), -1))
+    assert short(ones) == pytest.approx(np.exp(nll), rel=1e-4)
+    compiled = fitness_lib.window_nll._cache_size()
+    assert short(cand) != short(ones) and fitness_lib.window_nll._cache_size() == compiled
+    with pytest.raises(ValueError, match="short_factor windows of 128 tokens must be at most"):
+        ShortFactors(fit.source, fit.tokens, original=64, extended=128, long=long,
+                     rebuild=fit.rebuild)
 
 
 def test_a_start_count_runs_here_and_export_refuses_it(fit, tmp_path):
@@ -155,6 +205,22 @@ def test_gemma3_searches_its_full_attention_layers_only():
     np.testing.assert_array_equal(fit.model(zero)(jnp.asarray(tokens)),
                                   want(jnp.asarray(tokens)))
     assert np.isfinite(fit(cand)) and fit(cand) != fit(zero)
+
+
+def test_command_searches_short_factor_after_the_long_one(tmp_path):
+    argv = [f"--checkpoint={TINY}", f"--target_length={TARGET}", f"--text={README}",
+            f"--workdir={tmp_path}", "--generations=1", "--population=2", "--parents=1",
+            "--mutations=1", "--crossovers=0", "--starts=0", "--short_factor"]
+    out = io.StringIO()
+    summary = cli.run(cli.parser().parse_args(argv), out=out)
+    assert "short_factor search: 2 window(s) of 64" in out.getvalue()
+    scaling = json.loads((tmp_path / "rope_scaling.json").read_text())
+    assert scaling == summary["rope_scaling"] and len(scaling["short_factor"]) == 4
+    assert summary["short_perplexity"] <= min(summary["short_seeds"].values())
+    assert (tmp_path / "short" / "log.jsonl").exists()
+    lm = pretrained.load(TINY, rope_scaling=scaling)
+    assert list(lm.config.layer_encoding(0).scaling_dict["short_factor"]) == (
+        scaling["short_factor"])
 
 
 def test_command_with_a_start_count_writes_no_rope_scaling_and_says_why(tmp_path):

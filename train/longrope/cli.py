@@ -8,8 +8,10 @@ line per generation, then writes DIR/result.json (the longrope dict, the start c
 perplexity, and the seeds' perplexities: PI, NTK, YaRN) and, when the start count is 0,
 DIR/rope_scaling.json: the dict `posenc_jax.pretrained.load(..., rope_scaling=...)` and
 transformers (after `pretrained.save`) read. A start count > 0 has no transformers key: the
-command says so and writes no rope_scaling.json (`--starts=0` keeps it at 0). Rerunning the
-same command resumes the search in DIR.
+command says so and writes no rope_scaling.json (`--starts=0` keeps it at 0). With
+`--short_factor` a second search (`train.longrope.short`) then finds the factors for lengths
+within the original context (DIR/short; otherwise short_factor is ones). Rerunning the same
+command resumes the search(es) in DIR.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from train.longrope import export
 from train.longrope.fitness import Perplexity
 from train.longrope.progress import write_json
 from train.longrope.search import SearchConfig, estimate, search
+from train.longrope.short import ShortFactors
 
 __all__ = ["main", "parser", "run"]
 
@@ -47,6 +50,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--attention", default="dense", help="the attention backend (one that "
                    "calls the rotate hook when starts > 0: dense or blockwise)")
     p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"))
+    p.add_argument("--short_factor", action="store_true", help="then search short_factor "
+                   "(the paper's second search, within the original context: windows of the "
+                   "original length cut from the same text; in WORKDIR/short)")
     return p
 
 
@@ -79,7 +85,23 @@ def run(args: argparse.Namespace, *, out=sys.stdout) -> dict:
     result = search(fit, space, config, seeds=seeds, workdir=args.workdir,
                     known={seeds[0]: value}, on_generation=progress)
     values = {c: result.values[c] if c in result.values else fit(c) for c in seeds}
-    summary = {"rope_scaling": fit.scaling(result.best),
+    short_factor, short = None, {}
+    if args.short_factor:
+        short_fit = ShortFactors.after(fit, result.best)
+        short_space = short_fit.space(max_ratio=args.max_ratio)
+        print(f"short_factor search: {short_fit.tokens.shape[0]} window(s) of "
+              f"{short_fit.target_length}", file=out, flush=True)
+        short_seeds = short_fit.seeds(short_space)
+        found = search(short_fit, short_space, config, seeds=short_seeds,
+                       workdir=os.path.join(args.workdir, "short"), on_generation=progress)
+        short_factor = list(found.best.factors(short_space.step))
+        short = {"short_perplexity": found.value,
+                 "short_seeds": {name: found.values[c] for name, c in zip(
+                     ("ones", "long_factor"), short_seeds)}}
+    summary = {"rope_scaling": export.scaling_dict(
+                   result.best, step=space.step, target_length=fit.target_length,
+                   original_max_position_embeddings=fit.original, short_factor=short_factor),
+               **short,
                "unscaled_start": result.best.start, "perplexity": result.value,
                "seeds": {name: values[c] for name, c in zip(("pi", "ntk", "yarn"), seeds)},
                "estimate": vars(cost), "checkpoint": str(args.checkpoint),
@@ -87,7 +109,8 @@ def run(args: argparse.Namespace, *, out=sys.stdout) -> dict:
     write_json(os.path.join(args.workdir, "result.json"), summary)
     try:
         scaling = export.rope_scaling(result.best, step=space.step, target_length=fit.target_length,
-                                      original_max_position_embeddings=fit.original)
+                                      original_max_position_embeddings=fit.original,
+                                      short_factor=short_factor)
     except ValueError as error:
         print(f"no rope_scaling.json: {error}", file=out)
     else:

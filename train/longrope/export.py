@@ -11,7 +11,8 @@ The dict is what transformers reads as `rope_type: "longrope"`: `long_factor` (t
 and `posenc_jax.encodings.rope_scaling` derive the attention factor
 sqrt(1 + ln(factor) / ln(original)). The start count n-hat has no transformers key:
 `rope_scaling` refuses a candidate with start > 0 (search with `Space(starts=(0,))` to export);
-`with_start(config, n)` runs one here (RoPE's `unscaled_start`).
+`with_start(config, n)` runs one here (RoPE's `unscaled_start`); `with_frequency_table(config)`
+reads the rotation of the scaled layers from params (the search's one compiled program).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from posenc_jax.encodings.rope import RoPE
 from posenc_jax.model.config import TransformerConfig
 from train.longrope.space import Candidate
 
-__all__ = ["rope_scaling", "scaling_dict", "with_scaling", "with_start"]
+__all__ = ["rope_scaling", "scaling_dict", "with_frequency_table", "with_scaling", "with_start"]
 
 
 def scaling_dict(candidate: Candidate, *, step: float, original_max_position_embeddings: int,
@@ -84,6 +85,14 @@ def with_start(config: TransformerConfig, start: int) -> TransformerConfig:
     (`unscaled_start`); encodings without a scaling dict are left as they are."""
     start = integer("start", start, minimum=0)
     return _map_encodings(config, lambda kw, _: {**kw, "unscaled_start": start}
+                          if kw.get("scaling") is not None else kw)
+
+
+def with_frequency_table(config: TransformerConfig) -> TransformerConfig:
+    """`config` whose scaled RoPE encodings read their rotation from params (RoPE's
+    `frequency_table`: new factors, attention factor or start count are new params, not a new
+    program); encodings without a scaling dict are left as they are."""
+    return _map_encodings(config, lambda kw, _: {**kw, "frequency_table": True}
                           if kw.get("scaling") is not None else kw)
 
 

@@ -6,11 +6,16 @@ factors (LongRoPE's objective, Ding et al. 2024, eq. 3), on the user's text.
     fit(candidate)                       # exp(mean next-token NLL over the windows), float
     fit.space(starts=(0,)), fit.seeds(space)
 
-The checkpoint is read once. For each candidate the model's config is rebuilt with the
-candidate's longrope dict (`export.scaling_dict`, and `unscaled_start` for its start count),
-the loaded params are merged into it (`nnx.merge`: no copy, no re-read) and the loss is
-compiled for it: the factors are part of the encoding (static under jit), so every candidate
-compiles once; that compile is part of the cost `search.estimate` measures.
+One compiled program per search. The checkpoint is read once. The candidate's factors do not
+enter the program: its scaled RoPE layers are built with `frequency_table=True`
+(`posenc_jax.encodings.rope.RoPE`), so the rotation is read from three params per layer
+(inverse frequencies [R], attention factor, start count), and a candidate is only new values
+for them (`tables`: the static encoding's own `frequency_params` at the target length, so the
+runtime rotation is the static one's to float32 rounding). `window_nll` is jitted once for the model's
+graph and the windows' shape, and every candidate, of this search or of any other on a model
+of the same shape (a study's seeds), reuses that compile. `config(candidate)` and
+`model(candidate)` are the static model the search's result describes (what `pretrained.load`
+builds from the exported dict).
 
 Windows: the text's tokens (a file, or every file under a directory, sorted, joined by blank
 lines), cut into `samples` consecutive windows of `target_length` tokens, positions 0..L-1, the
@@ -21,6 +26,7 @@ time (`posenc_jax.model.loss.token_nll`: the [L, V] logits are never held).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import os
 import pathlib
@@ -41,7 +47,10 @@ from posenc_jax.pretrained.loader import with_rope_scaling
 from train.longrope import export
 from train.longrope.space import PAPER_STARTS, Candidate, Space, seeds
 
-__all__ = ["Perplexity", "read_text", "windows"]
+__all__ = ["TABLE_KEYS", "Perplexity", "read_text", "window_nll", "windows"]
+
+#: The params of a `frequency_table` RoPE layer (`RoPE.frequency_params`).
+TABLE_KEYS = ("inv_freq", "attention_factor", "unscaled_start")
 
 
 def read_text(path: str | os.PathLike) -> str:
@@ -84,10 +93,8 @@ class Perplexity:
         self.scan_layers, self.chunk = scan_layers, chunk
         self.target_length = int(self.tokens.shape[1])
         self.original = integer("original", original, minimum=1)
-        if self.target_length <= self.original:
-            raise ValueError(f"target_length={self.target_length} must exceed {where}'s "
-                             f"original context max_position_embeddings={self.original}")
-        self.state = nnx.state(model)
+        self._check_length()
+        self.source, self.state = model, nnx.state(model)
         probe = rebuild({"rope_type": "linear", "factor": self.scale})
         scaled = [probe.layer_encoding(i) for i in range(probe.num_layers)
                   if getattr(probe.layer_encoding(i), "scaling", None) is not None]
@@ -129,6 +136,11 @@ class Perplexity:
         tokens = windows(ids, target_length=target_length, samples=samples)
         return cls.pretrained(lm, tokens, where=str(checkpoint), attention=attention, **kwargs)
 
+    def _check_length(self) -> None:
+        if self.target_length <= self.original:
+            raise ValueError(f"target_length={self.target_length} must exceed {self.where}'s "
+                             f"original context max_position_embeddings={self.original}")
+
     @property
     def scale(self) -> float:
         return self.target_length / self.original
@@ -149,10 +161,14 @@ class Perplexity:
         return export.scaling_dict(candidate, step=self.step, target_length=self.target_length,
                                    original_max_position_embeddings=self.original)
 
+    def start(self, candidate: Candidate) -> int:
+        """The count of first positions kept at the original rotation: the candidate's."""
+        return candidate.start
+
     def config(self, candidate: Candidate) -> TransformerConfig:
         """The model config with the candidate's factors and start count."""
         cfg = export.with_start(self.rebuild(self.scaling(candidate)),
-                                candidate.start)
+                                self.start(candidate))
         if self.scan_layers and cfg.layer_encodings is None:  # one encoding: compile once, not
             cfg = dataclasses.replace(cfg, scan_layers=True)  # per layer (same params)
         return cfg
@@ -163,26 +179,59 @@ class Perplexity:
         graphdef = nnx.graphdef(nnx.eval_shape(lambda: Transformer(cfg, rngs=nnx.Rngs(0))))
         return nnx.merge(graphdef, self.state)
 
-    def window_loss(self, candidate: Candidate):
-        """The jitted loss of the candidate's model: (state, tokens int32 [1, L]) -> the summed
-        NLL of tokens 1..L-1, float32 []. A new function per candidate (its own compile). The
-        head runs `chunk` positions at a time (`posenc_jax.model.loss`): never [L, V] logits."""
-        graphdef = nnx.graphdef(self.model(candidate))
+    @functools.cached_property
+    def program(self) -> tuple[nnx.GraphDef, nnx.State]:
+        """(graphdef, abstract tables): the model with every scaled RoPE layer reading its
+        rotation from params (`export.with_frequency_table`), the graph `window_nll` compiles
+        once; the tables are its `TABLE_KEYS` params, filled per candidate by `tables`."""
+        ones = Candidate((round(1 / self.step),) * self.pairs, 0)  # any candidate: the graph
+        cfg = export.with_frequency_table(self.config(ones))       # does not hold its values
+        abstract = nnx.eval_shape(lambda: Transformer(cfg, rngs=nnx.Rngs(0)))
+        graphdef, tables, _ = nnx.split(abstract, _is_table, ...)
+        return graphdef, tables
 
-        @jax.jit
-        def loss(state, tokens):
-            model = nnx.merge(graphdef, state)
-            hidden = model.hidden_states(tokens)[:, :-1]                   # [1, L-1, E]
-            return jnp.sum(token_nll(model.head, hidden, tokens[:, 1:], chunk=self.chunk))
+    def tables(self, candidate: Candidate) -> nnx.State:
+        """The candidate's rotation as the params of `program`'s tables: at each layer, the
+        static encoding's `frequency_params` at the target length (float32)."""
+        cfg = self.config(candidate)
+        _, abstract = self.program
+        params = {}
 
-        return loss
+        def fill(path, variable):
+            layer = path[path.index("layers") + 1]
+            if layer not in params:
+                params[layer] = cfg.layer_encoding(layer).frequency_params(self.target_length)
+            return variable.replace(params[layer][path[-1]])
+
+        return nnx.map_state(fill, abstract)
 
     def nll(self, candidate: Candidate) -> float:
         """Mean next-token negative log-likelihood over the windows (nats)."""
-        loss = self.window_loss(candidate)
-        total = sum(float(loss(self.state, jnp.asarray(row[None]))) for row in self.tokens)
+        graphdef, _ = self.program
+        tables = self.tables(candidate)
+        total = sum(float(window_nll(self.state, tables, jnp.asarray(row[None]),
+                                     graphdef=graphdef, chunk=self.chunk))
+                    for row in self.tokens)
         return total / (self.tokens.shape[0] * (self.target_length - 1))
 
     def __call__(self, candidate: Candidate) -> float:
         nll = self.nll(candidate)
         return math.exp(nll) if nll < 700 else math.inf
+
+
+def _is_table(path, value) -> bool:
+    """An nnx filter: the `TABLE_KEYS` params of a layer's encoding."""
+    del value
+    return len(path) >= 2 and path[-2] == "pe" and path[-1] in TABLE_KEYS
+
+
+@functools.partial(jax.jit, static_argnames=("graphdef", "chunk"))
+def window_nll(state: nnx.State, tables: nnx.State, tokens: jax.Array, *,
+               graphdef: nnx.GraphDef, chunk: int = 1024) -> jax.Array:
+    """The summed NLL of tokens 1..L-1 of one window, float32 []: the model `graphdef` with the
+    weights `state` and the rotation `tables` (`Perplexity.program`), tokens int32 [1, L].
+    Jitted once per graph and shape (jax's own cache): new tables are new inputs, not a new
+    program. The head runs `chunk` positions at a time (`posenc_jax.model.loss`)."""
+    model = nnx.merge(graphdef, tables, state)
+    hidden = model.hidden_states(tokens)[:, :-1]                           # [1, L-1, E]
+    return jnp.sum(token_nll(model.head, hidden, tokens[:, 1:], chunk=chunk))

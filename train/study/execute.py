@@ -14,7 +14,8 @@ every eval length fits the memory budget on this mesh, and that the eval split i
          resumes from its checkpoint; done when the marker file (`files.MARKER`) has the
          fingerprint and the checkpoint is at the final step (`STORED`).
   longrope_search   the searched method's search (`train.study.searched`), resumable per
-         generation; its result is stored like an evaluation's row.
+         generation; its result is stored like an evaluation's row. A fine-tune of the
+         searched method trains with the factors of its own search (the job before it).
   eval   the first `eval_num_tokens` targets of `eval_split` in non-overlapping windows of
          `eval_len` (`data.eval_batches`: the same tokens for every length and encoding, each
          window starting without context), on the trained params rebuilt with the job's
@@ -174,6 +175,9 @@ def run_train(ctx: Context, job: TrainJob) -> dict:
     write_json(marker_path, {**marker, "fingerprint": job.fingerprint, "finished": False,
                              "config": train_identity(config)})
     start = time.perf_counter()
+    if isinstance(job, FinetuneJob) and job.search:  # the searched method: its factors
+        config = searched.tuned_config(ctx.workdir, config, tuple(job.search),
+                                       train_len=ctx.plan.train_len)
     if isinstance(job, FinetuneJob):
         finetune.start_from(ctx.workdir.model_dir(job.base), model_dir, config, step=job.step)
     result = trainer.train_and_evaluate(config, model_dir, runtime=ctx.runtime,
@@ -184,7 +188,7 @@ def run_train(ctx: Context, job: TrainJob) -> dict:
               "(checkpoint saved); rerun the same command to resume", flush=True)
         raise SystemExit(0)
     marker = {**marker, "fingerprint": job.fingerprint, "finished": True,
-              "config": train_identity(config),
+              "config": train_identity(ctx.plan.train_configs[job.model]),
               "train_seconds": marker.get("train_seconds", 0.0) + seconds,
               "final_loss": result.get("loss"), "step": result.get("step")}
     write_json(marker_path, marker)
@@ -213,10 +217,11 @@ def run_eval(ctx: Context, job: EvalJob) -> dict:
         start = time.perf_counter()
         config = ctx.plan.train_configs[job.model]
         overrides = dict(thaw(job.overrides) or {})
-        if job.search:  # the searched method: the factors its search found
-            overrides["encoding_kwargs"] = searched.encoding_kwargs(
-                ctx.workdir, dict(config.model.encoding_kwargs.to_dict()), tuple(job.search),
-                train_len=job.train_len, target_len=job.eval_len)
+        if job.search:  # the searched method: the factors its search found (at the eval
+            overrides["encoding_kwargs"] = searched.encoding_kwargs(  # length, or at the
+                ctx.workdir, dict(config.model.encoding_kwargs.to_dict()),  # fine-tune's)
+                tuple(job.search), train_len=job.train_len,
+                target_len=job.finetune_len or job.eval_len)
         setup = ctx.runtime.setup(config, ctx.mesh, model_overrides=overrides)
         result = evaluation.evaluate_params(
             setup.graphdef, _params(ctx, job.model), ctx.eval_stream, seq_len=job.eval_len,
@@ -252,7 +257,7 @@ def run_passkey(ctx: Context, job: PasskeyJob) -> dict:
 
 def run_search(ctx: Context, job: searched.SearchJob) -> dict:
     """The LongRoPE search of the job's model at its target length (`train.study.searched`)."""
-    return searched.run_search(ctx, job, params=_params(ctx, job.model))
+    return searched.run_search(ctx, job, params=_params(ctx, job.searched_model))
 
 
 RUNNERS = {TrainJob.kind: run_train, FinetuneJob.kind: run_train, EvalJob.kind: run_eval,

@@ -33,7 +33,8 @@ from train.engine import lengths, names, scalings
 from train.engine.flops import train_flops
 from train.engine.scalings import NO_SCALING
 from train.engine.store import fingerprint
-from train.study.jobs import FinetuneJob, train_fingerprint
+from train.study import searched
+from train.study.jobs import FinetuneJob, Job, train_fingerprint
 
 PASSKEY_DIGITS = 5
 
@@ -62,7 +63,7 @@ def settings(config, *, train_len: int) -> Settings:
     ft = config.get("finetune") or ml_collections.ConfigDict()
     pk = config.get("passkey") or ml_collections.ConfigDict()
     ft_scalings = names.names(ft.get("scalings", ""), key="config.finetune.scalings",
-                              valid=scalings.all_methods())
+                              valid=(*scalings.all_methods(), searched.SEARCHED))
     ft_len = lengths.length(ft.get("length", "4L"), base="L", value=train_len,
                             what="config.finetune.length")
     fraction = checks.finite_float("config.finetune.fraction", ft.get("fraction", 0.1),
@@ -128,16 +129,29 @@ def _scaled_kwargs(method: str, cfg, mc, *, factor: float, overrides) -> dict[st
 
 
 def finetunes(config, s: Settings, *, model: str, cfg, mc, base_fp: str, steps: int,
-              max_len: int | None = None) -> list[tuple[str, str, Any, FinetuneJob]]:
-    """[(model id, method, fine-tune config, job)] for every method of s.ft_scalings; none
-    when the encoding takes no scaling (or steps is 0)."""
+              max_len: int | None = None) -> list[tuple[str, str, Any, list[Job]]]:
+    """[(model id, method, fine-tune config, jobs)] for every method of s.ft_scalings; none
+    when the encoding takes no scaling (or steps is 0). The jobs are the `FinetuneJob`, after
+    its search for `longrope-searched` (the paper: search at the fine-tune length on the
+    pretrained model, then fine-tune with the factors found; perplexity models only, as for
+    its zero-shot rows: a passkey model, `max_len` given, has no searched fine-tune)."""
     if not steps or not scalings.takes_scaling(mc.layer_encoding(0)):
         return []
     over = config.get("scaling_overrides") or {}
     out = []
     for method in s.ft_scalings:
-        kwargs = _scaled_kwargs(method, cfg, mc, factor=s.ft_len / cfg.seq_len, overrides=over)
-        if method != NO_SCALING and scalings.refusal(
+        name, search = f"{model}.ft-{method}", None
+        if method == searched.SEARCHED:
+            if max_len is not None:
+                continue
+            search = searched.plan_search(config, model=name, train_fp=base_fp, mc=mc,
+                                          train_len=cfg.seq_len, target_len=s.ft_len,
+                                          source=model)
+            kwargs = dict(cfg.model.encoding_kwargs.to_dict())  # the search's, at run time
+        else:
+            kwargs = _scaled_kwargs(method, cfg, mc, factor=s.ft_len / cfg.seq_len,
+                                    overrides=over)
+        if method not in (NO_SCALING, searched.SEARCHED) and scalings.refusal(
                 cfg.model, kwargs, rotary_dim=mc.layer_encoding(0).rotary_dim):
             continue  # the encoding does not support this method (its zero-shot rows say why)
         ft_cfg = finetune.finetune_config(cfg, seq_len=s.ft_len, steps=steps,
@@ -147,12 +161,13 @@ def finetunes(config, s: Settings, *, model: str, cfg, mc, base_fp: str, steps: 
                 ft_cfg.dataset.kwargs.max_len = max_len
             if s.ft_batch:
                 ft_cfg.batch_size = s.ft_batch
-        name = f"{model}.ft-{method}"
-        fp = fingerprint({"config": train_fingerprint(ft_cfg), "base": base_fp})
+        fp = fingerprint({"config": train_fingerprint(ft_cfg), "base": base_fp,
+                          **({"search": search.fingerprint} if search else {})})
         tokens = steps * ft_cfg.batch_size * s.ft_len
         job = FinetuneJob(model=name, base=model, step=int(cfg.num_train_steps),
                           fingerprint=fp, compiles=3,
-                          flops=train_flops(mc, s.ft_len, tokens))
-        out.append((name, method, ft_cfg, job))
+                          flops=train_flops(mc, s.ft_len, tokens),
+                          search=(search.name, search.fingerprint) if search else ())
+        out.append((name, method, ft_cfg, [search, job] if search else [job]))
     return out
 

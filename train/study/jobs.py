@@ -8,7 +8,8 @@ files. Every job has
     model        the model it trains or reads: its directory under the workdir
     fingerprint  what its result depends on (`train.engine.store.fingerprint`); a stored
                  result with another fingerprint is redone
-    flops, compiles   its cost, for the time estimate (`Plan.estimate`)
+    flops, compiles   its cost, for the time estimate (`Plan.estimate`: FLOPs at the rate
+                 `config[rate_key]`, `estimate_gflops` unless a kind runs at its own)
     base         (a fine-tune) the model it starts from: the engine's workers wait for its
                  training
     name         a file-name-safe id, unique in a plan
@@ -73,6 +74,7 @@ class Job:
     """The fields every job has; see the module docstring."""
 
     kind: ClassVar[str] = ""
+    rate_key: ClassVar[str] = "estimate_gflops"
     model: str
     fingerprint: str
     flops: float = 0.0
@@ -93,11 +95,14 @@ class TrainJob(Job):
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class FinetuneJob(TrainJob):
     """Train `model` with `plan.train_configs[model]` starting from `base`'s checkpoint at
-    `step` (`train.finetune`): the pretrained state is its first checkpoint."""
+    `step` (`train.finetune`): the pretrained state is its first checkpoint. `search`: the
+    searched method's fine-tune takes the factors of that search's result at run time
+    ((name, fingerprint); `train.study.searched.tuned_config`)."""
 
     kind: ClassVar[str] = "finetune"
     base: str
     step: int
+    search: tuple = ()
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -67,8 +67,10 @@ class Plan:
         return [job for job in self.jobs if job.model == model]
 
     def estimate(self, job: Job) -> float:
-        """Estimated seconds: FLOPs / config.estimate_gflops + compilations x compile time."""
-        return (job.flops / (float(self.config.estimate_gflops) * 1e9)
+        """Estimated seconds: FLOPs / the job kind's rate (`config[job.rate_key]`, default
+        config.estimate_gflops) + compilations x config.estimate_compile_s."""
+        rate = self.config.get(job.rate_key) or self.config.estimate_gflops
+        return (job.flops / (float(rate) * 1e9)
                 + job.compiles * float(self.config.estimate_compile_s))
 
 
@@ -173,12 +175,14 @@ class Scoring:
 
 def eval_jobs(config, model: str, cfg, mc: TransformerConfig, *, train_fp: str, lengths,
               scaling_names, scoring: Scoring, seed: int, train_len: int, entry: str = "",
-              tuned: tuple[str, int, int] | None = None) -> list[Job]:
+              tuned: tuple[str, int, int] | None = None, tuned_search: tuple = ()
+              ) -> list[Job]:
     """Every evaluation of one model of the entry `entry` (results' `encoding`; default the
     model's encoding): plain at each length, then each scaling past L (the pretraining length
     `train_len`); the searched method's evaluations each follow their search
     (`train.study.searched`; perplexity scorings only). A fine-tuned model (`tuned` =
-    (scaling, steps, length)) is evaluated only as it was tuned."""
+    (scaling, steps, length)) is evaluated only as it was tuned (the searched method's with
+    the factors of `tuned_search`, the (name, fingerprint) of its fine-tune's search)."""
     max_pos = mc.max_positions
     scaling, steps, ft_len = tuned or (NO_SCALING, 0, 0)
     common = {"model": model, "encoding": entry or cfg.model.encoding, "seed": seed,
@@ -186,14 +190,14 @@ def eval_jobs(config, model: str, cfg, mc: TransformerConfig, *, train_fp: str, 
     base = _eval_overrides(config, mc)
     jobs = []
 
-    def add(n, kwargs, note, method, search=None):
+    def add(n, kwargs, note, method, search=None, reads=()):
         key = {"train": train_fp, "len": n, "scaling": kwargs, "note": note, **scoring.key,
                **({"search": search.fingerprint} if search else {})}
         if search:
             jobs.append(search)
+            reads = (search.name, search.fingerprint)
         jobs.append(scoring.job(**common, scaling=method, eval_len=n, note=note,
-                                train_len=train_len,
-                                search=(search.name, search.fingerprint) if search else (),
+                                train_len=train_len, search=reads,
                                 overrides=freeze({**base, **({"encoding_kwargs": kwargs}
                                                              if kwargs else {})}),
                                 fingerprint=fingerprint(key),
@@ -205,7 +209,7 @@ def eval_jobs(config, model: str, cfg, mc: TransformerConfig, *, train_fp: str, 
         note = "" if max_pos is None or n <= max_pos else (
             f"n/a (positions >= max_len={max_pos}: the {cfg.model.encoding} table has no rows "
             "for them)")
-        add(n, None, note, scaling)
+        add(n, None, note, scaling, reads=tuned_search)
     if tuned is not None or not scalings.takes_scaling(mc.layer_encoding(0)):
         return jobs
     rotary_dim = mc.layer_encoding(0).rotary_dim
@@ -259,13 +263,15 @@ def make_plan(config, workdir: str) -> Plan:
                  windows=ext.pk_trials)
     train_configs, model_configs, jobs = {}, {}, []
 
-    def add(job, cfg, scoring, lengths, *, entry, tuned=None, zero_shot=scaling_names):
+    def add(job, cfg, scoring, lengths, *, entry, tuned=None, zero_shot=scaling_names,
+            before=()):
         mc = state.transformer_config(cfg.model)
         train_configs[job.model], model_configs[job.model] = cfg, mc
-        jobs.append(job)
+        jobs.extend([*before, job])  # before: a fine-tune's search
         jobs.extend(eval_jobs(config, job.model, cfg, mc, train_fp=job.fingerprint,
                               lengths=lengths, scaling_names=zero_shot, scoring=scoring,
-                              seed=cfg.seed, train_len=train_len, entry=entry, tuned=tuned))
+                              seed=cfg.seed, train_len=train_len, entry=entry, tuned=tuned,
+                              tuned_search=getattr(job, "search", ())))
         return mc
 
     for seed in seeds:
@@ -284,10 +290,10 @@ def make_plan(config, workdir: str) -> Plan:
                                pk, ext.pk_lengths, ext.pk_ft_steps, ext.ft_len))
             for job, base_cfg, scoring, lens, steps, max_len in models:
                 add(job, base_cfg, scoring, lens, entry=enc)
-                for name, method, ft_cfg, ft_job in extension.finetunes(
+                for name, method, ft_cfg, ft_jobs in extension.finetunes(
                         config, ext, model=job.model, cfg=base_cfg, mc=mc,
                         base_fp=job.fingerprint, steps=steps, max_len=max_len):
-                    add(ft_job, ft_cfg, scoring, lens, entry=enc,
+                    add(ft_jobs[-1], ft_cfg, scoring, lens, entry=enc, before=ft_jobs[:-1],
                         tuned=(method, steps, ext.ft_len), zero_shot=())
     return Plan(workdir=os.path.abspath(workdir), config=config, encodings=encodings,
                 scalings=scaling_names, seeds=seeds, settings=ext, train_len=train_len,

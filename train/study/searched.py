@@ -22,6 +22,7 @@ search from its last generation. The evaluation's fingerprint includes the searc
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import os
 import time
@@ -92,31 +93,40 @@ def settings(config) -> Settings:
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class SearchJob(Job):
-    """Search LongRoPE factors for the trained `model` stretched from `train_len` to
-    `target_len`; its result is stored like an evaluation's (see the module docstring)."""
+    """Search LongRoPE factors for the trained `source` (default `model`) stretched from
+    `train_len` to `target_len`; its result is stored like an evaluation's (see the module
+    docstring). A fine-tune's search (`source` its base) is the first job of the fine-tuned
+    `model`, so that the fine-tune runs after it in the same worker."""
 
     kind: ClassVar[str] = "longrope_search"
+    rate_key: ClassVar[str] = "estimate_search_gflops"  # batch-1 windows, the model's attention
     train_len: int
     target_len: int
     settings: Any = ()      # Settings.identity(), frozen
+    source: str = ""
+
+    @property
+    def searched_model(self) -> str:
+        """The model whose trained params the search runs."""
+        return self.source or self.model
 
     @property
     def name(self) -> str:
         return f"{self.model}+{SEARCHED}@{self.target_len}.search"
 
 
-def plan_search(config, *, model: str, train_fp: str, mc, train_len: int, target_len: int
-                ) -> SearchJob:
-    """The search job of `model` at `target_len` (cost: every evaluation compiles once)."""
+def plan_search(config, *, model: str, train_fp: str, mc, train_len: int, target_len: int,
+                source: str = "") -> SearchJob:
+    """The search job of `model` (of `source`'s params, when given) at `target_len`."""
     s = settings(config)
     samples = max(1, s.tokens // target_len)
-    return SearchJob(model=model, train_len=train_len, target_len=target_len,
+    return SearchJob(model=model, train_len=train_len, target_len=target_len, source=source,
                      settings=tuple(sorted(s.identity().items())),
                      fingerprint=fingerprint({"train": train_fp, "target": target_len,
                                               "search": s.identity()}),
                      flops=s.search.evaluations * flops_per_token(mc, target_len)
                      * samples * target_len,
-                     compiles=s.search.evaluations)
+                     compiles=1)  # one program for every candidate (`train.longrope.fitness`)
 
 
 def run_search(ctx, job: SearchJob, *, params) -> dict:
@@ -124,7 +134,7 @@ def run_search(ctx, job: SearchJob, *, params) -> dict:
     candidate as its result row."""
     start = time.perf_counter()
     s = settings(ctx.plan.config)
-    cfg = ctx.plan.train_configs[job.model]
+    cfg = ctx.plan.train_configs[job.searched_model]
     setup = ctx.runtime.setup(cfg, ctx.mesh)
     model = state_lib.merge_model(setup, params)
     stream = ctx.runtime.stream(cfg.dataset, s.split)
@@ -148,9 +158,10 @@ def run_search(ctx, job: SearchJob, *, params) -> dict:
 
 def encoding_kwargs(workdir, base: dict[str, Any], search: tuple[str, str], *,
                     train_len: int, target_len: int) -> dict[str, Any]:
-    """The encoding kwargs of an evaluation with the searched factors: `base` plus the
-    longrope dict and `unscaled_start`, from the stored result of the search `search` =
-    (job name, fingerprint); RuntimeError when it is missing (the search runs first)."""
+    """The encoding kwargs of a model with the searched factors (an evaluation's, or a
+    fine-tune's): `base` plus the longrope dict for `target_len` (the length searched at) and
+    `unscaled_start`, from the stored result of the search `search` = (job name,
+    fingerprint); RuntimeError when it is missing (the search runs first)."""
     name, expected = search
     row = read_json(workdir.job(name))
     if not isinstance(row, dict) or row.get("fingerprint") != expected:
@@ -161,6 +172,18 @@ def encoding_kwargs(workdir, base: dict[str, Any], search: tuple[str, str], *,
                                   target_length=target_len)
     return {**base, "scaling": scaling,
             "unscaled_start": integer("unscaled_start", row["unscaled_start"], minimum=0)}
+
+
+def tuned_config(workdir, config, search: tuple[str, str], *, train_len: int):
+    """A fine-tune's train config (`extension.finetunes`: seq_len the fine-tune length) with
+    the searched factors of `search` in its encoding kwargs: the paper's recipe, search at
+    the target length, then fine-tune with those factors there. A copy; `config` is kept."""
+    out = copy.deepcopy(config)
+    with out.unlocked():
+        out.model.encoding_kwargs = encoding_kwargs(
+            workdir, dict(config.model.encoding_kwargs.to_dict()), search, train_len=train_len,
+            target_len=int(config.seq_len))
+    return out
 
 
 def search_table(results: Mapping[Any, dict]) -> str:
