@@ -58,7 +58,9 @@ def test_bidirectional_without_segments_reads_in_bounds_and_equals_dense(cpu_ker
         return _dense(enc, {}, q, k, v, pos, pos, False)
 
     def out_and_grads(f):  # one compiled program: the output and its gradients
-        loss = lambda *a: (jnp.sum(jnp.sin(f(*a))), f(*a))                    # noqa: E731
+        def loss(*a):
+            out = f(*a)
+            return jnp.sum(jnp.sin(out)), out
         return jax.jit(lambda *a: jax.grad(loss, (0, 1, 2), has_aux=True)(*a)[::-1])
 
     (out, grads), (want, wants) = out_and_grads(kernel)(q, k, v), out_and_grads(dense)(q, k, v)
