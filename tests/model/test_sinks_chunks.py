@@ -105,6 +105,16 @@ def _run(impl, q, k, v, sinks, pos, seg, k_mask=None, causal=True, **kw):
                   implementation=impl, block_q=16, block_k=16, sinks=sinks, **kw)
 
 
+def _out_and_grads(f, with_sinks=True):
+    """jit of q, k, v, sinks, cot -> (f's output, grads of sum(f * cot) wrt q, k, v (and the
+    sinks)): the values and the gradients in one compiled program a backend and case."""
+    def loss(q, k, v, s, cot):
+        out = f(q, k, v, s)
+        return jnp.sum(out * cot), out
+    grad = jax.grad(loss, argnums=(0, 1, 2, 3) if with_sinks else (0, 1, 2), has_aux=True)
+    return jax.jit(lambda *a: grad(*a)[::-1])
+
+
 @pytest.mark.parametrize("case", CASES)
 def test_every_backend_equals_the_float64_reference_values_and_gradients(case):
     length, kw, with_sinks, packed = CASES[case]
@@ -116,12 +126,10 @@ def test_every_backend_equals_the_float64_reference_values_and_gradients(case):
     want, p_sink = reference(q, k, v, mask, bias, sinks)
     got = {}
     for impl in IMPLS:
-        def loss(q, k, v, s, impl=impl):
-            return jnp.sum(_run(impl, q, k, v, s, pos, seg, **kw) * cot)
-        out = _run(impl, q, k, v, sinks, pos, seg, **kw)
+        out, got[impl] = _out_and_grads(
+            lambda q, k, v, s, impl=impl: _run(impl, q, k, v, s, pos, seg, **kw),
+            with_sinks)(q, k, v, sinks, cot)
         np.testing.assert_allclose(out, want, atol=2e-5, err_msg=f"{case} {impl} values")
-        got[impl] = jax.grad(loss, argnums=(0, 1, 2, 3) if with_sinks else (0, 1, 2))(
-            q, k, v, sinks)
     for impl in IMPLS[1:]:
         for name, g, r in zip(("dq", "dk", "dv", "dsinks"), got[impl], got["dense"]):
             np.testing.assert_allclose(g, r, atol=1e-4 * max(1.0, float(jnp.abs(r).max())),
@@ -152,10 +160,9 @@ def test_a_row_that_sees_no_key_but_the_sink_gives_zeros_and_a_finite_gradient()
             return attend(q, k, v, encoding=enc, params={}, q_positions=pos, k_positions=pos,
                           q_segment_ids=qs, k_segment_ids=ks, k_mask=k_mask, causal=False,
                           implementation=impl, block_q=16, block_k=16, sinks=s)
-        out = f(q, k, v, sinks)
+        out, grads = _out_and_grads(f)(q, k, v, sinks, cot)
         assert float(jnp.abs(out[1]).max()) == 0.0 and float(jnp.abs(out[0, 15:]).max()) == 0.0
         assert float(jnp.abs(out[0, :15]).max()) > 0.1
-        grads = jax.grad(lambda *a: jnp.sum(f(*a) * cot), argnums=(0, 1, 2, 3))(q, k, v, sinks)
         assert all(bool(jnp.all(jnp.isfinite(g))) for g in grads), impl
 
 
@@ -177,12 +184,9 @@ def test_transformers_goldens_gpt_oss_sinks_and_llama4_chunks():
                 return attend(q, k, v, encoding=enc, params={}, q_positions=g["positions"],
                               k_positions=g["positions"], k_mask=g["k_mask"],
                               implementation=impl, block_q=16, block_k=16, sinks=s, **kw)
-            out = f(q, k, v, sinks)
+            out, grads = _out_and_grads(f, sinks is not None)(q, k, v, sinks, g["cot"])
             np.testing.assert_allclose(np.where(real, out, 0), np.where(real, g["out"], 0),
                                        atol=2e-5, err_msg=f"{name} {impl}")
-            argnums = (0, 1, 2, 3) if sinks is not None else (0, 1, 2)
-            grads = jax.grad(lambda *a, f=f, c=g["cot"]: jnp.sum(f(*a) * c), argnums)(
-                q, k, v, sinks)
             for n, got in zip(("dq", "dk", "dv", "dsinks"), grads):
                 want = g[n] if n == "dsinks" else g[n].transpose(0, 2, 1, 3)
                 np.testing.assert_allclose(got, want, atol=1e-4 * max(1.0, np.abs(want).max()),
@@ -244,20 +248,25 @@ def test_cache_decoding_masks_reset_at_a_chunk_edge_and_keep_sink_tokens_visible
     order = np.random.default_rng(0).permutation(slots)[:length]   # slot of each token
     enc = posenc_jax.get("alibi", num_heads=H)
     for kw in ({"chunk_size": 8}, {"window": 4, "sink_tokens": 2}):
-        full = attend(q, k, v, encoding=enc, params={}, q_positions=pos, k_positions=pos,
-                      sinks=sinks, **kw)
+        full = jax.jit(lambda q, k, v, kw=kw: attend(
+            q, k, v, encoding=enc, params={}, q_positions=pos, k_positions=pos, sinks=sinks,
+            **kw))(q, k, v)
+        step = jax.jit(lambda q, ck, cv, qp, cpos, valid, kw=kw: attend(   # one compile for all t
+            q, ck, cv, encoding=enc, params={}, q_positions=qp, k_positions=cpos, k_mask=valid,
+            implementation=impl, block_q=16, block_k=16, sinks=sinks, **kw))
         for t in (7, 8, 9, 17, 23):
             filled = order[:t + 1]                                   # tokens 0..t are cached
-            ck = jnp.zeros((B, slots, K, D)).at[:, filled].set(k[:, :t + 1])
-            cv = jnp.zeros((B, slots, K, D)).at[:, filled].set(v[:, :t + 1])
-            cpos = jnp.zeros((slots,), jnp.int32).at[filled].set(pos[:t + 1])
-            valid = jnp.zeros((slots,), bool).at[filled].set(True)
-            got = attend(q[:, t:t + 1], ck, cv, encoding=enc, params={},
-                         q_positions=pos[t:t + 1], k_positions=cpos, k_mask=valid,
-                         implementation=impl, block_q=16, block_k=16, sinks=sinks, **kw)
+            ck, cv = np.zeros((2, B, slots, K, D), np.float32)
+            ck[:, filled], cv[:, filled] = k[:, :t + 1], v[:, :t + 1]
+            cpos = np.zeros((slots,), np.int32)
+            cpos[filled] = np.arange(t + 1)
+            valid = np.zeros((slots,), bool)
+            valid[filled] = True
+            got = step(q[:, t:t + 1], ck, cv, pos[t:t + 1], cpos, valid)
             np.testing.assert_allclose(got[:, 0], full[:, t], atol=2e-5, err_msg=f"{kw} {t}")
     only_self = reference(q[:, 8:9], k[:, 8:9], v[:, 8:9], np.ones((B, 1, 1), bool),
                           sinks=sinks)[0]
-    np.testing.assert_allclose(attend(q, k, v, encoding=posenc_jax.get("nope"),
-                                      q_positions=pos, k_positions=pos, sinks=sinks,
-                                      chunk_size=8)[:, 8:9], only_self, atol=2e-5)
+    chunked = jax.jit(lambda q, k, v: attend(q, k, v, encoding=posenc_jax.get("nope"),
+                                             q_positions=pos, k_positions=pos, sinks=sinks,
+                                             chunk_size=8))
+    np.testing.assert_allclose(chunked(q, k, v)[:, 8:9], only_self, atol=2e-5)
