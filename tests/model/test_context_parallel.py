@@ -187,18 +187,28 @@ def _per_device_text(text: str) -> str:
 KERNEL_CALLS = {"cuda": "__gpu$xla.gpu.triton", "tpu": "tpu_custom_call"}
 
 
-@pytest.mark.parametrize("platform", ["cuda", "tpu"])
-def test_ring_lowering_has_collective_and_no_full_length_kv(mesh, platform):
+@pytest.fixture(scope="module")
+def traced_grads(mesh):
+    """T5's ring and all-gather gradients, traced once (tracing is platform-free); each
+    platform's test lowers them for itself."""
     enc = for_model("t5", {}, embed_dim=H * D, num_heads=H, head_dim=D)
     params = enc.init(jax.random.key(1))
     q, k, v, cot, pos, seg = packed_inputs()
-    texts = {}
+    traced = {}
     for mode in ("ring", "all_gather"):
         fn = parallel(enc, mesh, mode, pos, seg)
         loss = lambda *a: jnp.sum(fn(*a) * cot)  # noqa: B023
         with jax.set_mesh(mesh):
-            texts[mode] = jax.jit(jax.grad(loss, argnums=(0, 1, 2, 3))).trace(
-                q, k, v, params).lower(lowering_platforms=(platform,)).as_text()
+            traced[mode] = jax.jit(jax.grad(loss, argnums=(0, 1, 2, 3))).trace(q, k, v, params)
+    return traced
+
+
+@pytest.mark.parametrize("platform", ["cuda", "tpu"])
+def test_ring_lowering_has_collective_and_no_full_length_kv(mesh, traced_grads, platform):
+    texts = {}
+    for mode, traced in traced_grads.items():
+        with jax.set_mesh(mesh):
+            texts[mode] = traced.lower(lowering_platforms=(platform,)).as_text()
     full = re.compile(rf"tensor<(?:\d+x)*{L}x")  # any axis of length L: a full-length array
     ring = _per_device_text(texts["ring"])
     assert "collective_permute" in ring
