@@ -36,9 +36,13 @@ if os.environ.get("POSENC_TEST_COMPILE_CACHE", "1") != "0":
     for _key, _value in CACHE_ENV.items():
         os.environ.setdefault(_key, _value)
 
+import json
+import time
+
 import hypothesis
 import jax
 import pytest
+from jax import monitoring
 
 jax.config.update("jax_numpy_rank_promotion", "raise")
 if os.environ.get("POSENC_TEST_COMPILE_CACHE", "1") != "0":  # in case a plugin imported jax first
@@ -120,3 +124,49 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "full" in item.keywords:
             item.add_marker(skip)
+
+
+# POSENC_TEST_COMPILE_REPORT=FILE: one JSON line per test (its worker's pid, the seconds of the
+# test, and of it the seconds JAX spent tracing, lowering to MLIR and compiling with XLA, the
+# number of XLA compiles, and the persistent cache's hits and misses): where a file's time goes.
+# Processes a test starts are not counted (their seconds show in the test's own). Off by default.
+_COMPILE = {"trace_s": 0.0, "lower_s": 0.0, "compile_s": 0.0, "compiles": 0, "hits": 0,
+            "misses": 0}
+_EVENTS = {"/jax/core/compile/jaxpr_trace_duration": "trace_s",
+           "/jax/core/compile/jaxpr_to_mlir_module_duration": "lower_s",
+           "/jax/core/compile/backend_compile_duration": "compile_s",
+           "/jax/compilation_cache/cache_hits": "hits",
+           "/jax/compilation_cache/cache_misses": "misses"}
+
+
+def _on_duration(event, duration, **_):
+    if event in _EVENTS:
+        _COMPILE[_EVENTS[event]] += duration
+        _COMPILE["compiles"] += event.endswith("backend_compile_duration")
+
+
+def _on_event(event, **_):
+    if event in _EVENTS:
+        _COMPILE[_EVENTS[event]] += 1
+
+
+if os.environ.get("POSENC_TEST_COMPILE_REPORT"):
+    monitoring.register_event_duration_secs_listener(_on_duration)
+    monitoring.register_event_listener(_on_event)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """Writes the test's line of POSENC_TEST_COMPILE_REPORT (setup, call and teardown)."""
+    path = os.environ.get("POSENC_TEST_COMPILE_REPORT")
+    if not path:
+        yield
+        return
+    for key in _COMPILE:
+        _COMPILE[key] = 0
+    start = time.perf_counter()
+    yield
+    line = {"test": item.nodeid, "pid": os.getpid(), "s": time.perf_counter() - start,
+            **_COMPILE}
+    with open(path, "a") as f:
+        f.write(json.dumps(line) + "\n")
