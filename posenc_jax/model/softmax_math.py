@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
-__all__ = ["NEG", "log_normaliser", "normalise", "online_step", "start"]
+__all__ = ["NEG", "log_normaliser", "normalise", "online_max", "online_step", "start"]
 
 NEG = -1e30
 F32 = jnp.float32
@@ -35,6 +35,17 @@ def start(shape: tuple, sink=None):
     return jnp.broadcast_to(jnp.asarray(sink, F32), shape), jnp.ones(shape, F32)
 
 
+def online_max(m, s, keep=None):
+    """The online step without the normaliser: (m', p, alpha), float32, for a caller that
+    sums p itself (the blockwise loop gets rowsum(p) from its p v dot). Arguments as
+    `online_step`."""
+    m_new = jnp.maximum(m, jnp.max(s, axis=-1, keepdims=True))
+    p = jnp.exp(s - m_new)
+    if keep is not None:
+        p = jnp.where(keep, p, F32(0.0))
+    return m_new, p, jnp.exp(m - m_new)
+
+
 def online_step(m, l, s, keep=None):
     """One block of the online softmax: (m', l', p, alpha), float32.
 
@@ -43,11 +54,7 @@ def online_step(m, l, s, keep=None):
       s: float32 logits [..., n, bk], NEG where masked.
       keep: bool [..., n, bk] (broadcastable) or None: p is 0 where not kept.
     """
-    m_new = jnp.maximum(m, jnp.max(s, axis=-1, keepdims=True))
-    p = jnp.exp(s - m_new)
-    if keep is not None:
-        p = jnp.where(keep, p, F32(0.0))
-    alpha = jnp.exp(m - m_new)
+    m_new, p, alpha = online_max(m, s, keep)
     return m_new, alpha * l + jnp.sum(p, axis=-1, keepdims=True), p, alpha
 
 

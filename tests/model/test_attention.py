@@ -170,6 +170,32 @@ def test_blockwise_matches_dense_for_a_cache_shaped_query():
     chex.assert_trees_all_close(g_block, g_dense, atol=5e-5, rtol=5e-5)
 
 
+@pytest.mark.parametrize("jump", [30.0, 100.0])
+def test_blockwise_follows_a_jump_of_the_row_max_in_a_later_key_block(jump):
+    """Blockwise exponentiates a key block against the running max of the blocks before it
+    and redoes the block exactly only when that overflows its bound: key 20 (the second key
+    block of 16) scores about `jump` above every earlier key for the rows that see it. 30:
+    kept against the stale max (p up to e^30); 100: redone. Forward-only values (the stale
+    path) and differentiated ones (the exact step) against float64, gradients against dense,
+    all finite."""
+    enc, params = _encoding("nope")
+    q, k, v = _qkv(jax.random.key(5), 1, 40, 40)
+    q = 1.0 + 0.1 * q                                     # every query along ones(D)
+    k = k.at[:, 20].set(jump / np.sqrt(D) * 1.1)          # q.k / sqrt(D) ~ jump at key 20
+    pos = jnp.arange(40)
+    kw = {"q_positions": pos, "k_positions": pos, "causal": True}
+    (_, dense), g_dense = _pair_fn(enc, "dense", **kw)(q, k, v, params)
+    (_, block), g_block = _pair_fn(enc, "blockwise", **kw)(q, k, v, params)
+    forward = jax.jit(lambda q, k, v: attend(q, k, v, encoding=enc, params=params,
+                                             implementation="blockwise", block_q=8,
+                                             block_k=16, **kw))(q, k, v)
+    mask = np.arange(40)[None, None, None, :] <= np.arange(40)[None, None, :, None]
+    for out in (forward, block):
+        np.testing.assert_allclose(out, reference(q, k, v, None, mask), atol=2e-5, rtol=2e-5)
+    assert all(np.all(np.isfinite(np.asarray(g))) for g in jax.tree.leaves(g_block))
+    chex.assert_trees_all_close(g_block, g_dense, atol=5e-5, rtol=5e-5)
+
+
 @pytest.mark.parametrize("impl", ["dense", "blockwise"])
 def test_fully_masked_rows_give_zeros_and_finite_gradients(impl):
     enc, params = _encoding("alibi")
