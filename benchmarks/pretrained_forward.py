@@ -5,6 +5,8 @@
         --torch_python=/work/goldenvenv/bin/python        # torch in another environment
     python benchmarks/pretrained_forward.py --lengths 2048,8192,16384 --trials 2 \
         --torch_python=/work/goldenvenv/bin/python        # long context (16k: not yet run)
+    python benchmarks/pretrained_forward.py --lengths 8192 --trials 1 --breakdown \
+        --torch_python=/work/goldenvenv/bin/python        # where each forward's time goes
     python benchmarks/pretrained_forward.py --smoke     # tiny random checkpoint, ours only (CI)
 
 Ours is `posenc_jax.pretrained.load` of `--gguf` (default
@@ -26,8 +28,12 @@ seconds and tokens/s of each, and the median over trials of the per-trial ratio 
 (robust to load that drifts between trials), with the load average before and after: on a
 shared machine only a quiet run's ratio means much.
 
+`--breakdown` then times each piece of both forwards (attention core, projections + rope,
+MLP, norms, head, the rest: `benchmarks/forward_pieces.py`) and prints them side by side.
+
 `--smoke` (CI, seconds, no torch) runs ours alone on the tiny random Llama checkpoint of
-tests/data/pretrained/tiny/llama at L=16, one trial, and says the torch side was not run. A
+tests/data/pretrained/tiny/llama at L=16, one trial, with the breakdown, and says the torch
+side was not run. A
 full run where `--torch_python` cannot import torch refuses to start.
 """
 
@@ -42,6 +48,7 @@ import subprocess
 import sys
 import time
 
+import forward_pieces
 from line_worker import TAG, LineWorker, add_worker_flags
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -90,7 +97,10 @@ def torch_worker(gguf: str, attention: str, threads: int) -> None:
     print(TAG + json.dumps({"ready": True, "vocab": vocab, "torch": torch.__version__,
                             "transformers": transformers.__version__}), flush=True)
     for line in sys.stdin:
-        ids = torch.from_numpy(token_ids(int(line), vocab)).long()
+        ids = torch.from_numpy(token_ids(int(line.split()[0]), vocab)).long()
+        if line.split()[1:] == ["breakdown"]:
+            print(TAG + json.dumps(forward_pieces.torch_pieces(model, ids)), flush=True)
+            continue
         t = time.perf_counter()
         with torch.inference_mode():
             logits = model(input_ids=ids, use_cache=False).logits
@@ -111,6 +121,9 @@ class TorchWorker(LineWorker):
 
     def forward(self, length: int) -> float:
         return self.ask(str(length))["seconds"]
+
+    def pieces(self, length: int) -> dict[str, float]:
+        return self.ask(f"{length} breakdown")
 
 
 # --- ours -----------------------------------------------------------------------------------
@@ -138,7 +151,8 @@ class Ours:
         return time.perf_counter() - t
 
 
-def measure(length: int, ours: Ours, torch: TorchWorker | None, trials: int) -> dict:
+def measure(length: int, ours: Ours, torch: TorchWorker | None, trials: int,
+            breakdown: bool = False) -> dict:
     load_before = os.getloadavg()
     t = time.perf_counter()
     ours.forward(length)                                   # compiles
@@ -163,6 +177,11 @@ def measure(length: int, ours: Ours, torch: TorchWorker | None, trials: int) -> 
     if times["torch"]:
         out["ratio_ours_over_torch"] = statistics.median(
             b / a for a, b in zip(times["ours"], times["torch"]))   # torch s / ours s
+    if breakdown:  # after the trials, so the compiled pieces never slow them
+        whole = out["ours"]["median_s"]
+        out["breakdown"] = {"ours": forward_pieces.ours_pieces(ours.lm.model, length, whole),
+                            "torch": torch.pieces(length) if torch is not None else None}
+        forward_pieces.report(length, **out["breakdown"])
     out["load_after"] = os.getloadavg()
     return out
 
@@ -189,12 +208,15 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=5)
     parser.add_argument("--attention", default="auto", help="our attention backend")
     parser.add_argument("--torch_attention", default="sdpa", choices=("sdpa", "eager"))
+    parser.add_argument("--breakdown", action="store_true",
+                        help="also time each piece (attention, projections, MLP, head...) of "
+                             "both forwards after the trials (benchmarks/forward_pieces.py)")
     add_worker_flags(parser)
     args = parser.parse_args()
     if args.torch_worker:
         return torch_worker(args.gguf, args.torch_attention, args.torch_threads)
     if args.smoke:
-        path, args.lengths, args.trials = SMOKE_CHECKPOINT, "16", 1
+        path, args.lengths, args.trials, args.breakdown = SMOKE_CHECKPOINT, "16", 1, True
         missing = "--smoke times ours alone"
     else:
         path = pathlib.Path(args.gguf) if args.gguf else default_gguf()
@@ -221,7 +243,7 @@ def main() -> None:
         print(f"torch side NOT run: {missing}", flush=True)
     results = []
     for length in map(int, args.lengths.split(",")):
-        results.append(measure(length, ours, torch, args.trials))
+        results.append(measure(length, ours, torch, args.trials, args.breakdown))
         if torch is None:
             results[-1]["torch"] = f"not run: {missing}"   # in the JSON too
         report(results[-1:])

@@ -54,7 +54,8 @@ SMOKE = [
     Smoke("attention_cpu.py", ("--smoke",),
           ("ours auto", "ours blockwise", "torch NOT run", "summary (GFLOP/s")),
     Smoke("pretrained_forward.py", ("--smoke",),
-          ("ours: pretrained.load", "torch side NOT run", "x torch = ours / torch")),
+          ("ours: pretrained.load", "torch side NOT run", "x torch = ours / torch",
+           "breakdown at L=16", "attention core")),
 ]
 # Benchmarks another test already runs in a smoke mode: {script: the test file that does}.
 ELSEWHERE = {
@@ -67,6 +68,7 @@ NOT_SCRIPTS = {
     "device_sections.py": "the sections device_check.py runs",
     "device_extend.py": "the real-model sections device_check.py runs (extension, LongRoPE)",
     "line_worker.py": "the torch-worker protocol attention_cpu.py and pretrained_forward.py share",
+    "forward_pieces.py": "pretrained_forward.py --breakdown's per-piece timers (ours, torch)",
 }
 
 
