@@ -39,6 +39,8 @@ TORCH_ONLY = {
     "benchmarks/vs_pytorch.py": "its torch worker process (bench extra; CI runs the JAX side)",
     "benchmarks/pretrained_forward.py": "its transformers worker process (bench extra; CI runs "
                                         "the JAX side's --smoke)",
+    "benchmarks/forward_pieces.py": "the torch side of pretrained_forward.py --breakdown, run in "
+                                    "its transformers worker (bench extra)",
     "benchmarks/attention_cpu.py": "its torch SDPA worker process (bench extra; CI runs ours "
                                    "--smoke)",
     "scripts/make_*golden*.py": "golden-file writers, run in a throwaway venv",
