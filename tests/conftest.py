@@ -36,6 +36,25 @@ if os.environ.get("POSENC_TEST_COMPILE_CACHE", "1") != "0":
     for _key, _value in CACHE_ENV.items():
         os.environ.setdefault(_key, _value)
 
+# Cheap compiles (issue 36): most tests compile many small programs and run each once, so
+# compiling is most of the suite's time. XLA:CPU's cheap settings make a compile ~5x cheaper:
+# LLVM at -O0 without its expensive passes (JAX's `jax_disable_most_optimizations`) and the
+# older loop emitters instead of the MLIR fusion emitters. The HLO passes (fusion, layout,
+# buffer assignment) are XLA's usual ones; only the machine code differs, and with it the
+# rounding of a float op here and there (every gradient leaf of a tiny transformer moved by at
+# most 8.6e-7, measured): the tests' tolerances are unchanged and every file passes both ways.
+# The settings go into the environment, so every process a test starts inherits them (unless
+# the test sets XLA_FLAGS itself), and they are in the persistent cache's key (XLA_FLAGS and
+# the compile options), so a cheap program never answers an optimised compile. A test marked
+# `optimized_compile` (a property of XLA's optimised output: compiled memory, speed) runs
+# in this process with XLA's defaults. POSENC_TEST_CHEAP_COMPILE=0 runs everything with them.
+CHEAP_COMPILE = os.environ.get("POSENC_TEST_CHEAP_COMPILE", "1") != "0"
+CHEAP_XLA_FLAG = "--xla_cpu_use_fusion_emitters=false"
+if CHEAP_COMPILE:
+    os.environ.setdefault("JAX_DISABLE_MOST_OPTIMIZATIONS", "1")
+    if "xla_cpu_use_fusion_emitters" not in os.environ["XLA_FLAGS"]:
+        os.environ["XLA_FLAGS"] += " " + CHEAP_XLA_FLAG
+
 import json
 import time
 
@@ -43,6 +62,7 @@ import hypothesis
 import jax
 import pytest
 from jax import monitoring
+from jax._src import compiler as _jax_compiler
 
 jax.config.update("jax_numpy_rank_promotion", "raise")
 if os.environ.get("POSENC_TEST_COMPILE_CACHE", "1") != "0":  # in case a plugin imported jax first
@@ -170,3 +190,35 @@ def pytest_runtest_protocol(item, nextitem):
             **_COMPILE}
     with open(path, "a") as f:
         f.write(json.dumps(line) + "\n")
+
+
+def _optimized_compile_options(original):
+    """`get_compile_options` with XLA:CPU's default emitters over the suite's XLA_FLAGS."""
+    def get_compile_options(*args, env_options_overrides=None, **kwargs):
+        overrides = {"xla_cpu_use_fusion_emitters": True, **(env_options_overrides or {})}
+        return original(*args, env_options_overrides=overrides, **kwargs)
+    return get_compile_options
+
+
+@pytest.fixture(autouse=True)
+def _optimized_compile(request):
+    """Tests marked `optimized_compile` compile with XLA's defaults (see CHEAP_COMPILE). JAX's
+    in-memory caches do not key on these settings, so such a test must compile its own
+    programs (not ones an earlier test of its process compiled cheaply)."""
+    if not CHEAP_COMPILE or request.node.get_closest_marker("optimized_compile") is None:
+        yield
+        return
+    flag = "jax_disable_most_optimizations"
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(_jax_compiler, "get_compile_options",
+                      _optimized_compile_options(_jax_compiler.get_compile_options))
+        jax.config.update(flag, False)
+        try:
+            yield
+        finally:
+            jax.config.update(flag, True)
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "optimized_compile: compiled with XLA's default "
+                            "optimisations, not the suite's cheap ones (tests/conftest.py)")
