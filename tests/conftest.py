@@ -55,6 +55,7 @@ if CHEAP_COMPILE:
     if "xla_cpu_use_fusion_emitters" not in os.environ["XLA_FLAGS"]:
         os.environ["XLA_FLAGS"] += " " + CHEAP_XLA_FLAG
 
+import contextlib
 import json
 import time
 
@@ -175,20 +176,11 @@ if os.environ.get("POSENC_TEST_COMPILE_REPORT"):
     monitoring.register_event_listener(_on_event)
 
 
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_protocol(item, nextitem):
+def _report(item, start):
     """Writes the test's line of POSENC_TEST_COMPILE_REPORT (setup, call and teardown)."""
-    path = os.environ.get("POSENC_TEST_COMPILE_REPORT")
-    if not path:
-        yield
-        return
-    for key in _COMPILE:
-        _COMPILE[key] = 0
-    start = time.perf_counter()
-    yield
     line = {"test": item.nodeid, "pid": os.getpid(), "s": time.perf_counter() - start,
             **_COMPILE}
-    with open(path, "a") as f:
+    with open(os.environ["POSENC_TEST_COMPILE_REPORT"], "a") as f:
         f.write(json.dumps(line) + "\n")
 
 
@@ -200,23 +192,40 @@ def _optimized_compile_options(original):
     return get_compile_options
 
 
-@pytest.fixture(autouse=True)
-def _optimized_compile(request):
-    """Tests marked `optimized_compile` compile with XLA's defaults (see CHEAP_COMPILE). JAX's
-    in-memory caches do not key on these settings, so such a test must compile its own
-    programs (not ones an earlier test of its process compiled cheaply)."""
-    if not CHEAP_COMPILE or request.node.get_closest_marker("optimized_compile") is None:
+@contextlib.contextmanager
+def _optimized(item):
+    """For a test marked `optimized_compile`: XLA's default compiles (see CHEAP_COMPILE) in this
+    process and in the processes it starts, from its setup (module fixtures built there
+    included) to its teardown. JAX's in-memory caches do not key on these settings, so such a
+    test must compile its own programs, not ones an earlier test of its process compiled."""
+    if not CHEAP_COMPILE or item.get_closest_marker("optimized_compile") is None:
         yield
         return
     flag = "jax_disable_most_optimizations"
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(_jax_compiler, "get_compile_options",
                       _optimized_compile_options(_jax_compiler.get_compile_options))
+        patch.setenv("JAX_DISABLE_MOST_OPTIMIZATIONS", "0")
+        patch.setenv("XLA_FLAGS", " ".join(
+            f for f in os.environ["XLA_FLAGS"].split() if f != CHEAP_XLA_FLAG))
         jax.config.update(flag, False)
         try:
             yield
         finally:
             jax.config.update(flag, True)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """Runs the test (setup, call, teardown) in its compile mode (`_optimized`), then writes
+    its line of POSENC_TEST_COMPILE_REPORT when that is set."""
+    for key in _COMPILE:
+        _COMPILE[key] = 0
+    start = time.perf_counter()
+    with _optimized(item):
+        yield
+    if os.environ.get("POSENC_TEST_COMPILE_REPORT"):
+        _report(item, start)
 
 
 def pytest_configure(config):
