@@ -18,6 +18,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from kernel_helpers import normal
 from flax import nnx
 from jax.experimental.pallas import tpu as pltpu
 
@@ -32,9 +33,7 @@ CHECKED = pltpu.InterpretParams(out_of_bounds_reads="raise")
 
 
 def _qkv(b, lq, lk, seed=0):
-    kq, kk, kv = jax.random.split(jax.random.key(seed), 3)
-    return (jax.random.normal(kq, (b, lq, H, D)), jax.random.normal(kk, (b, lk, K, D)),
-            jax.random.normal(kv, (b, lk, K, D)))
+    return normal(seed, (b, lq, H, D), (b, lk, K, D), (b, lk, K, D))
 
 
 def _dense(enc, params, q, k, v, qp, kp, causal, **kw):
@@ -76,11 +75,12 @@ def test_a_query_at_every_key_block_start_sees_that_block():
     starts = jnp.array([[0], [16], [32], [48]], jnp.int32)
     q, k, v = _qkv(4, 1, 64)
     kp = jnp.arange(64, dtype=jnp.int32)[None]
-    for cpu_kernel in ("gpu", "tpu"):
-        out = flash_attention(q, k, v, encoding=enc, params={}, q_positions=starts,
-                              k_positions=kp, causal=True, block_q=16, block_k=16,
-                              cpu_kernel=cpu_kernel, interpret=CHECKED)
-        np.testing.assert_allclose(out, _dense(enc, {}, q, k, v, starts, kp, True), atol=2e-5)
+    want = jax.jit(lambda q, k, v: _dense(enc, {}, q, k, v, starts, kp, True))(q, k, v)
+    for cpu_kernel in ("gpu", "tpu"):  # one compiled program each
+        out = jax.jit(lambda q, k, v, c=cpu_kernel: flash_attention(
+            q, k, v, encoding=enc, params={}, q_positions=starts, k_positions=kp, causal=True,
+            block_q=16, block_k=16, cpu_kernel=c, interpret=CHECKED))(q, k, v)
+        np.testing.assert_allclose(out, want, atol=2e-5)
 
 
 def test_decoding_across_a_block_boundary_with_the_kernel_equals_the_forward():
@@ -121,8 +121,9 @@ def test_empty_batch_and_empty_length_give_zeros_like_dense(implementation):
     enc = posenc_jax.get("alibi", num_heads=H)
     for b, lq, lk in ((0, 8, 8), (2, 0, 8), (2, 8, 0)):
         q, k, v = _qkv(b, lq, lk)
-        out = attend(q, k, v, encoding=enc, params={}, q_positions=jnp.arange(lq),
-                     k_positions=jnp.arange(lk), implementation=implementation)
+        out = jax.jit(lambda q, k, v, lq=lq, lk=lk: attend(
+            q, k, v, encoding=enc, params={}, q_positions=jnp.arange(lq),
+            k_positions=jnp.arange(lk), implementation=implementation))(q, k, v)
         assert out.shape == (b, lq, H, D) and not np.any(np.asarray(out))
 
 
@@ -135,12 +136,14 @@ def test_int64_positions_near_2_31_do_not_wrap(name):
     enc = base.for_model(name, embed_dim=H * D, num_heads=H, head_dim=D)
     q, k, v = _qkv(1, 24, 24)
     params = jax.tree.map(jnp.float32, enc.init(jax.random.key(0)))
-    exact = _dense(enc, params, q, k, v, jnp.arange(24), jnp.arange(24), True)
-    with jax.enable_x64(True):
+    exact = jax.jit(lambda *a: _dense(enc, params, *a, jnp.arange(24), jnp.arange(24), True))(
+        q, k, v)
+    with jax.enable_x64(True):  # positions closed over: concrete, so the kernel's span check runs
         pos = jnp.arange(24, dtype=jnp.int64) + (2**31 - 12)
-        out = attend(q, k, v, encoding=enc, params=params, q_positions=pos, k_positions=pos,
-                     implementation="pallas", block_q=16, block_k=16)
-        ref = _dense(enc, params, q, k, v, pos, pos, True)
+        out = jax.jit(lambda *a: attend(*a, encoding=enc, params=params, q_positions=pos,
+                                        k_positions=pos, implementation="pallas", block_q=16,
+                                        block_k=16))(q, k, v)
+        ref = jax.jit(lambda *a: _dense(enc, params, *a, pos, pos, True))(q, k, v)
     np.testing.assert_allclose(ref, exact, atol=2e-5)
     np.testing.assert_allclose(out, exact, atol=2e-5)
 
