@@ -39,3 +39,22 @@ def assert_close(got, want, atol=2e-5, gtol=1e-4):
         g, r = np.asarray(g, np.float32), np.asarray(r, np.float32)
         assert np.all(np.isfinite(g))
         np.testing.assert_allclose(g, r, atol=gtol * max(1.0, float(np.abs(r).max())), rtol=0)
+
+
+def numpy_model(cfg, seed=0):
+    """A Transformer of `cfg` with NumPy-drawn parameters (N(0, 1 / fan_in) for matrices, ones
+    for norm scales): created eagerly, the model would compile one sampler per shape."""
+    from flax import nnx
+
+    from posenc_jax.model.transformer import Transformer
+
+    graphdef, state = nnx.split(nnx.eval_shape(lambda: Transformer(cfg, rngs=nnx.Rngs(0))))
+    rng = np.random.default_rng(seed)
+
+    def draw(x):
+        if len(x.shape) == 1:
+            return jnp.asarray(np.ones(x.shape, x.dtype))
+        fan_in = int(np.prod(x.shape[:-1]))
+        return jnp.asarray((rng.standard_normal(x.shape) / np.sqrt(fan_in)).astype(x.dtype))
+
+    return nnx.merge(graphdef, jax.tree.map(draw, state))
