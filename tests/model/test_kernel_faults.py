@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 from flax import nnx
 from jax.experimental.pallas import tpu as pltpu
-from kernel_helpers import normal, numpy_model
+from kernel_helpers import jit, normal, numpy_model
 
 import posenc_jax
 from posenc_jax.encodings import base
@@ -60,7 +60,7 @@ def test_bidirectional_without_segments_reads_in_bounds_and_equals_dense(cpu_ker
         def loss(*a):
             out = f(*a)
             return jnp.sum(jnp.sin(out)), out
-        return jax.jit(lambda *a: jax.grad(loss, (0, 1, 2), has_aux=True)(*a)[::-1])
+        return jit(lambda *a: jax.grad(loss, (0, 1, 2), has_aux=True)(*a)[::-1])
 
     (out, grads), (want, wants) = out_and_grads(kernel)(q, k, v), out_and_grads(dense)(q, k, v)
     np.testing.assert_allclose(out, want, atol=2e-5)
@@ -75,9 +75,9 @@ def test_a_query_at_every_key_block_start_sees_that_block():
     starts = jnp.array([[0], [16], [32], [48]], jnp.int32)
     q, k, v = _qkv(4, 1, 64)
     kp = jnp.arange(64, dtype=jnp.int32)[None]
-    want = jax.jit(lambda q, k, v: _dense(enc, {}, q, k, v, starts, kp, True))(q, k, v)
+    want = jit(lambda q, k, v: _dense(enc, {}, q, k, v, starts, kp, True))(q, k, v)
     for cpu_kernel in ("gpu", "tpu"):  # one compiled program each
-        out = jax.jit(lambda q, k, v, c=cpu_kernel: flash_attention(
+        out = jit(lambda q, k, v, c=cpu_kernel: flash_attention(
             q, k, v, encoding=enc, params={}, q_positions=starts, k_positions=kp, causal=True,
             block_q=16, block_k=16, cpu_kernel=c, interpret=CHECKED))(q, k, v)
         np.testing.assert_allclose(out, want, atol=2e-5)
@@ -121,7 +121,7 @@ def test_empty_batch_and_empty_length_give_zeros_like_dense(implementation):
     enc = posenc_jax.get("alibi", num_heads=H)
     for b, lq, lk in ((0, 8, 8), (2, 0, 8), (2, 8, 0)):
         q, k, v = _qkv(b, lq, lk)
-        out = jax.jit(lambda q, k, v, lq=lq, lk=lk: attend(
+        out = jit(lambda q, k, v, lq=lq, lk=lk: attend(
             q, k, v, encoding=enc, params={}, q_positions=jnp.arange(lq),
             k_positions=jnp.arange(lk), implementation=implementation))(q, k, v)
         assert out.shape == (b, lq, H, D) and not np.any(np.asarray(out))
@@ -136,14 +136,14 @@ def test_int64_positions_near_2_31_do_not_wrap(name):
     enc = base.for_model(name, embed_dim=H * D, num_heads=H, head_dim=D)
     q, k, v = _qkv(1, 24, 24)
     params = jax.tree.map(jnp.float32, enc.init(jax.random.key(0)))
-    exact = jax.jit(lambda *a: _dense(enc, params, *a, jnp.arange(24), jnp.arange(24), True))(
+    exact = jit(lambda *a: _dense(enc, params, *a, jnp.arange(24), jnp.arange(24), True))(
         q, k, v)
     with jax.enable_x64(True):  # positions closed over: concrete, so the kernel's span check runs
         pos = jnp.arange(24, dtype=jnp.int64) + (2**31 - 12)
-        out = jax.jit(lambda *a: attend(*a, encoding=enc, params=params, q_positions=pos,
+        out = jit(lambda *a: attend(*a, encoding=enc, params=params, q_positions=pos,
                                         k_positions=pos, implementation="pallas", block_q=16,
                                         block_k=16))(q, k, v)
-        ref = jax.jit(lambda *a: _dense(enc, params, *a, pos, pos, True))(q, k, v)
+        ref = jit(lambda *a: _dense(enc, params, *a, pos, pos, True))(q, k, v)
     np.testing.assert_allclose(ref, exact, atol=2e-5)
     np.testing.assert_allclose(out, exact, atol=2e-5)
 
