@@ -10,6 +10,8 @@ attention, train, study, extend_finetune, extend_2c, longrope_2c, extend_4c, sec
 process with its own time limit (so a crash, a hang or an out-of-memory in one part loses
 nothing else; only one process holds the accelerator at a time) and writes what it has
 measured as it goes: a section that fails is recorded with its error and partial results.
+$DEVICE_CHECK_GROUP (comma-separated; tests/test_device_check.py's CPU smoke) runs those
+sections in one process instead, one after another, each with its own deadline.
 Sections are in `benchmarks/device_sections.py` (the real-model ones in
 `benchmarks/device_extend.py`); the study is `python -m train.study` with
 `configs/study_ex5.py` (`:smoke` on CPU), run only when that config exists and time is left.
@@ -25,6 +27,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import traceback
 
 HERE = pathlib.Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -160,6 +163,31 @@ def run_study(shapes: dict, out, deadline: float, outdir: pathlib.Path) -> None:
             out(name, (work / name).read_text()[:6000])
 
 
+def section_budget(name: str, shapes: dict, start: float, scale: float) -> float:
+    """Seconds `name` may run: its budget, or (None) what is left of the total, x scale."""
+    budget = shapes["budget"][name]
+    if budget is None:  # what is left of the total
+        budget = max(shapes["total_budget"] - (time.time() - start) / scale, 5)
+    return budget * scale
+
+
+def run_group(names: list[str], shapes: dict, start: float, outdir: pathlib.Path) -> None:
+    """DEVICE_CHECK_GROUP: `names` one after another in this process, each with its own
+    deadline; one that raises is recorded with its error and the next one runs."""
+    scale = float(os.environ.get("DEVICE_CHECK_BUDGET_SCALE", "1"))
+    for name in names:
+        path, t = outdir / "sections" / f"{name}.json", time.time()
+        try:
+            run_section(name, shapes, path, t + section_budget(name, shapes, start, scale),
+                        outdir)
+            error = None
+        except Exception:  # noqa: BLE001 -- recorded: one section never stops the rest
+            error = traceback.format_exc().strip().splitlines()[-6:]
+        part = json.loads(path.read_text()) if path.exists() else {"results": {}}
+        part["group"] = {"seconds": time.time() - t, "error": error}
+        path.write_text(json.dumps(part, indent=1, default=str))
+
+
 def drive(outdir: pathlib.Path, smoke: bool) -> dict:
     shapes = SMOKE if smoke else FULL
     (outdir / "sections").mkdir(parents=True, exist_ok=True)
@@ -173,34 +201,47 @@ def drive(outdir: pathlib.Path, smoke: bool) -> dict:
         raise ValueError(f"DEVICE_CHECK_SECTIONS names unknown sections {unknown}; "
                          f"the sections are {', '.join(SECTIONS)}")
     for name in SECTIONS:
-        if name not in chosen:
-            report[name] = {"section_status": f"skipped: not in DEVICE_CHECK_SECTIONS={only}",
-                            "seconds": 0.0}
-            continue
-        budget = shapes["budget"][name]
-        if budget is None:  # what is left of the total
-            budget = max(shapes["total_budget"] - (time.time() - start) / scale, 5)
-        budget *= scale
-        path = outdir / "sections" / f"{name}.json"
-        cmd = [sys.executable, __file__, "--section", name, "--out", str(outdir),
-               "--deadline", str(time.time() + budget)] + (["--smoke"] if smoke else [])
+        report[name] = {"section_status": f"skipped: not in DEVICE_CHECK_SECTIONS={only}",
+                        "seconds": 0.0}
+    # One process per section (crash isolation); DEVICE_CHECK_GROUP=a,b,... (the CPU smoke of
+    # tests/test_device_check.py: JAX's starts cost more than its sections) runs those in one.
+    together = [n.strip() for n in os.environ.get("DEVICE_CHECK_GROUP", "").split(",")]
+    groups = []
+    for name in (name for name in SECTIONS if name in chosen):
+        if name not in together:
+            groups.append([name])
+        elif not any(name in g for g in groups):
+            groups.append([n for n in SECTIONS if n in chosen and n in together])
+    for group in groups:
+        one = len(group) > 1
+        budget = sum(section_budget(name, shapes, start, scale) for name in group)
+        cmd = [sys.executable, __file__, "--section", ",".join(group), "--out", str(outdir),
+               "--deadline", str(start if one else time.time() + budget)]
         t = time.time()
         try:  # a grace period beyond the section's own deadline before it is killed
-            p = subprocess.run(cmd, check=False, cwd=ROOT, timeout=budget + 30,
-                               capture_output=True, text=True)
-            status = "ok" if p.returncode == 0 else f"failed rc={p.returncode}"
-            tail = (p.stdout + p.stderr).strip().splitlines()[-6:]
+            p = subprocess.run(cmd + (["--smoke"] if smoke else []), check=False, cwd=ROOT,
+                               timeout=budget + 30, capture_output=True, text=True)
+            ended = "ok" if p.returncode == 0 else f"failed rc={p.returncode}"
+            ended_tail = (p.stdout + p.stderr).strip().splitlines()[-6:]
         except subprocess.TimeoutExpired:
-            status, tail = f"killed after {budget + 30} s", []
-        part = json.loads(path.read_text()) if path.exists() else {}
-        for key in ("platform", "jax_version", "device"):
-            report.setdefault(key, part.get(key))
-        entry = part.get("results", {})
-        entry.pop("_started", None)
-        report[name] = {"section_status": status, "seconds": time.time() - t, **entry}
-        if status != "ok":
-            report[name]["log_tail"] = tail
-        print(f"[device_check] {name}: {status} in {time.time() - t:.0f} s", flush=True)
+            ended, ended_tail = f"killed after {budget + 30} s", []
+        for name in group:
+            path = outdir / "sections" / f"{name}.json"
+            part = json.loads(path.read_text()) if path.exists() else {}
+            ran = part.pop("group", None)
+            if one and ran is not None:  # this section's own outcome inside the process
+                status = "ok" if ran["error"] is None else "failed: raised"
+                tail, seconds = ran["error"] or [], ran["seconds"]
+            else:
+                status, tail, seconds = ended, ended_tail, time.time() - t
+            for key in ("platform", "jax_version", "device"):
+                report.setdefault(key, part.get(key))
+            entry = part.get("results", {})
+            entry.pop("_started", None)
+            report[name] = {"section_status": status, "seconds": seconds, **entry}
+            if status != "ok":
+                report[name]["log_tail"] = tail
+            print(f"[device_check] {name}: {status} in {seconds:.0f} s", flush=True)
     report["seconds"] = time.time() - start
     return report
 
@@ -237,12 +278,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", required=True)
     parser.add_argument("--smoke", action="store_true")
-    parser.add_argument("--section", choices=SECTIONS, help=argparse.SUPPRESS)
-    parser.add_argument("--deadline", type=float, help=argparse.SUPPRESS)
+    parser.add_argument("--section", help=argparse.SUPPRESS)  # one, or a comma-separated group
+    parser.add_argument("--deadline", type=float, help=argparse.SUPPRESS)  # a group's: start
     args = parser.parse_args()
     outdir = pathlib.Path(args.out).resolve()
     if args.section:
         shapes = SMOKE if args.smoke else FULL
+        names = args.section.split(",")
+        if set(names) - set(SECTIONS):
+            parser.error(f"--section: unknown {sorted(set(names) - set(SECTIONS))}")
+        if len(names) > 1:
+            return run_group(names, shapes, args.deadline, outdir)
         path = outdir / "sections" / f"{args.section}.json"
         return run_section(args.section, shapes, path, args.deadline, outdir)
     if args.smoke:

@@ -8,7 +8,8 @@ work refused before the first step, naming the key as it is typed.
 
 Categories (the first word of each id): bool, nonfinite, type, size, shape, range, dtype,
 scaling, hf, model, generate, cache, attention, config (the trainer's config, in process),
-cli (`python -m train` in a subprocess: exit status 1 and the words on stderr).
+cli (`python -m train`'s main, each row in a process of its own forked from one
+that imported the CLI once: exit status 1 and the words on stderr).
 
 Not here: the Hugging Face config.json sizes (num_attention_heads 0, max_position_embeddings
 "x" or 128.5, a non-integral hidden_size or head_dim) and softmax_scale_factor without a
@@ -19,6 +20,7 @@ rope_scaling values it passes on (non-finite, wrong type) are here.
 from __future__ import annotations
 
 import importlib.util
+import json
 import pathlib
 import subprocess
 import sys
@@ -674,6 +676,31 @@ ONE_LINE = {"cli-unknown-key-close-match", "cli-study-key-on-the-trainer", "cli-
             "cli-workdir-a-file", "cli-kwargs-block-typo", "cli-unknown-key", "cli-causal-typo"}
 
 
+# One process runs every row: it imports what `python -m train` imports (JAX, absl, the
+# trainer) once, then forks a child per row that runs `python -m train` itself (runpy, as
+# __main__: its flags defined afresh, the parent never parsed any) and ends as that command
+# would: an uncaught exception or SystemExit leaves the child through the interpreter (its
+# message or traceback on stderr, its exit status). Each row's stderr is a file of its own.
+DRIVER = r"""
+import json, os, runpy, sys
+import absl.app, ml_collections.config_flags
+from train import cli, sharding, trainer, xla_flags
+
+results = {}
+for row_id, argv, home, err_path in json.loads(sys.argv[1]):
+    sys.stdout.flush(); sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:
+        os.environ["HOME"] = home
+        os.dup2(os.open(err_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), 2)
+        sys.argv = argv
+        runpy.run_module("train", run_name="__main__", alter_sys=True)
+        sys.exit(0)
+    results[row_id] = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+print("RESULTS " + json.dumps(results))
+"""
+
+
 @pytest.fixture(scope="module")
 def learned_tiny_config(tmp_path_factory):
     """configs/tiny.py with a learned table of 32 positions (a file the CLI can load)."""
@@ -685,22 +712,37 @@ def learned_tiny_config(tmp_path_factory):
     return path
 
 
-@pytest.mark.parametrize(("row_id", "flags", "words"), CLI, ids=[row[0] for row in CLI])
-def test_cli_refuses_by_name(row_id, flags, words, tmp_path, learned_tiny_config):
-    config = learned_tiny_config if "learned" in " ".join(flags or []) else \
-        ROOT / "configs" / "tiny.py"
-    args = [sys.executable, "-m", "train", f"--config={config}"]
-    if flags is not None:
-        own = any(f.startswith("--workdir=") for f in flags)
-        args += [*([] if own else [f"--workdir={tmp_path / 'w'}"]), *flags]
+@pytest.fixture(scope="module")
+def cli_runs(tmp_path_factory, learned_tiny_config):
+    """{row id: (its folder, exit status, stderr)} of every CLI row, run by DRIVER."""
+    rows, folders = [], {}
+    for row_id, flags, _ in CLI:
+        folder = folders[row_id] = tmp_path_factory.mktemp(row_id)
+        config = learned_tiny_config if "learned" in " ".join(flags or []) else \
+            ROOT / "configs" / "tiny.py"
+        argv = ["train", f"--config={config}"]
+        if flags is not None:
+            own = any(f.startswith("--workdir=") for f in flags)
+            argv += [*([] if own else [f"--workdir={folder / 'w'}"]), *flags]
+        rows.append((row_id, argv, str(folder), str(folder / "stderr")))
     env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "JAX_PLATFORMS": "cpu",
-           "HOME": str(tmp_path)}
-    proc = subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
-                          check=False)
-    assert proc.returncode != 0
-    missing = [w for w in words if w not in proc.stderr]
-    assert not missing, f"stderr lacks {missing}:\n{proc.stderr[-2000:]}"
-    assert not (tmp_path / "w").exists()
+           "HOME": str(tmp_path_factory.mktemp("home"))}
+    proc = subprocess.run([sys.executable, "-c", DRIVER, json.dumps(rows)], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=300, check=False)
+    lines = [x for x in proc.stdout.splitlines() if x.startswith("RESULTS ")]
+    assert proc.returncode == 0 and lines, proc.stdout[-2000:] + proc.stderr[-2000:]
+    codes = json.loads(lines[0][len("RESULTS "):])
+    return {row_id: (folders[row_id], codes[row_id], (folders[row_id] / "stderr").read_text())
+            for row_id, *_ in CLI}
+
+
+@pytest.mark.parametrize(("row_id", "flags", "words"), CLI, ids=[row[0] for row in CLI])
+def test_cli_refuses_by_name(row_id, flags, words, cli_runs):
+    folder, returncode, stderr = cli_runs[row_id]
+    assert returncode != 0
+    missing = [w for w in words if w not in stderr]
+    assert not missing, f"stderr lacks {missing}:\n{stderr[-2000:]}"
+    assert not (folder / "w").exists()
     if row_id in ONE_LINE:
-        assert "Traceback" not in proc.stderr and proc.stderr.strip().startswith("error: "), (
-            proc.stderr[-2000:])
+        assert "Traceback" not in stderr and stderr.strip().startswith("error: "), (
+            stderr[-2000:])

@@ -128,9 +128,10 @@ def test_value_and_block_transform_enter_dense_and_blockwise_alike(registered):
     q, k, v = _qkv(1)
     plain = posenc_jax.get("nope")
     kw = {"q_positions": POS, "k_positions": POS}
-    want = attend(q * 2.0, k, v, encoding=plain, **kw) + 1.0   # the weights sum to 1
-    for impl in ("dense", "blockwise"):
-        got = attend(q, k, v, encoding=enc, implementation=impl, block_q=4, block_k=4, **kw)
+    want = jax.jit(lambda q, k, v: attend(q * 2.0, k, v, encoding=plain, **kw))(q, k, v) + 1.0
+    for impl in ("dense", "blockwise"):  # the weights sum to 1 (want's + 1); one program each
+        got = jax.jit(lambda q, k, v, i=impl: attend(q, k, v, encoding=enc, implementation=i,
+                                                      block_q=4, block_k=4, **kw))(q, k, v)
         chex.assert_trees_all_close(got, want, atol=1e-5)
 
 

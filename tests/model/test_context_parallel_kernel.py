@@ -16,13 +16,13 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from jax.sharding import AxisType
+from kernel_helpers import jit, normal  # jit: the cheap XLA:CPU pipeline, fusion emitters off
 from test_context_parallel import (
     D,
     H,
     K,
     N,
     assert_close,
-    jit,
     packed_inputs,
     parallel,
     value_and_grads,
@@ -68,11 +68,8 @@ def test_lse_entry_point_values_and_vjp_with_an_lse_cotangent():
     b, lq, lk = 2, 16, 24
     enc = for_model("t5", {}, embed_dim=H * D, num_heads=H, head_dim=D)
     params = enc.init(jax.random.key(1))
-    keys = jax.random.split(jax.random.key(2), 5)
-    q = jax.random.normal(keys[0], (b, lq, H, D))
-    k, v = (jax.random.normal(x, (b, lk, K, D)) for x in keys[1:3])
-    d_out = jax.random.normal(keys[3], (b, lq, H, D))
-    d_lse = jax.random.normal(keys[4], (b, lq, H))
+    q, k, v, d_out, d_lse = normal(2, (b, lq, H, D), (b, lk, K, D), (b, lk, K, D),
+                                   (b, lq, H, D), (b, lq, H))
     qp = jnp.arange(lq)[None]
     kp = jnp.arange(lk)[None] + 3
     k_mask = jnp.ones((b, lk), bool).at[1, 18:].set(False)
@@ -85,15 +82,16 @@ def test_lse_entry_point_values_and_vjp_with_an_lse_cotangent():
     def reference(q, k, v, params):
         return dense_lse(q, k, v, enc, params, qp, kp, k_mask)
 
-    got = jit(lambda *a: value_and_grads(kernel, (d_out, d_lse), *a))(q, k, v, params)
-    want = jit(lambda *a: value_and_grads(reference, (d_out, d_lse), *a))(q, k, v, params)
+    # the cotangents are arguments: one reference program serves both cotangents below
+    got = jit(lambda c, *a: value_and_grads(kernel, c, *a))((d_out, d_lse), q, k, v, params)
+    ref = jit(lambda c, *a: value_and_grads(reference, c, *a))
+    want = ref((d_out, d_lse), q, k, v, params)
     assert got[0][0].dtype == got[0][1].dtype == jnp.float32
     np.testing.assert_array_equal(np.asarray(got[0][1][:, :3]), NEG)   # no key: lse -1e30
     np.testing.assert_array_equal(np.asarray(got[0][0][:, :3]), 0.0)   # and out 0
     assert_close(got, want, "kernel (out, lse)")
     # the lse cotangent matters: without it the reference's gradients differ
-    plain = jit(lambda *a: value_and_grads(reference, (d_out, jnp.zeros_like(d_lse)), *a))(
-        q, k, v, params)
+    plain = ref((d_out, jnp.zeros_like(d_lse)), q, k, v, params)
     assert float(jnp.max(jnp.abs(plain[1][0] - want[1][0]))) > 1e-2
 
 

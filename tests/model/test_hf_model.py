@@ -11,6 +11,8 @@ from flax import nnx
 from posenc_jax import hf_config
 from posenc_jax.model.transformer import Transformer, TransformerConfig, init_cache
 
+pytestmark = pytest.mark.usefixtures("cheap_compile")  # tests/model/conftest.py
+
 GEMMA3_TINY = {"model_type": "gemma3_text", "vocab_size": 48, "hidden_size": 32,
                "intermediate_size": 64, "num_attention_heads": 2, "num_key_value_heads": 1,
                "head_dim": 16, "num_hidden_layers": 2, "sliding_window_pattern": 2,
@@ -96,8 +98,9 @@ def test_kv_cache_decode_equals_the_full_forward(which):
 def test_mrope_model_positions():
     model = build(QWEN2_VL_TINY)
     tokens = jnp.zeros((2, 12), jnp.int32)
-    text = model(tokens, jnp.arange(12)[None])  # text only: broadcast to the three axes
-    same = model(tokens, jnp.broadcast_to(jnp.arange(12), (3, 1, 12)))
+    forward = nnx.jit(lambda m, t, p: m(t, p))
+    text = forward(model, tokens, jnp.arange(12)[None])  # text only: broadcast to the three axes
+    same = forward(model, tokens, jnp.broadcast_to(jnp.arange(12), (3, 1, 12)))
     np.testing.assert_allclose(text, same, atol=1e-6)
     with pytest.raises(ValueError, match=r"positions must have shape \[12\], \[B=2, 12\] or "
                                          r"\[3, B=2, 12\], got shape \(2, 2, 12\)"):

@@ -20,21 +20,20 @@ import numpy as np
 import pytest
 from flax import nnx
 from jax.experimental.pallas import tpu as pltpu
+from kernel_helpers import jit, normal, numpy_model
 
 import posenc_jax
 from posenc_jax.encodings import base
 from posenc_jax.model.attention import attend
 from posenc_jax.model.kernels import flash_attention, unsupported_reason
-from posenc_jax.model.transformer import Transformer, TransformerConfig, init_cache
+from posenc_jax.model.transformer import TransformerConfig, init_cache
 
 H, K, D = 4, 2, 16
 CHECKED = pltpu.InterpretParams(out_of_bounds_reads="raise")
 
 
 def _qkv(b, lq, lk, seed=0):
-    kq, kk, kv = jax.random.split(jax.random.key(seed), 3)
-    return (jax.random.normal(kq, (b, lq, H, D)), jax.random.normal(kk, (b, lk, K, D)),
-            jax.random.normal(kv, (b, lk, K, D)))
+    return normal(seed, (b, lq, H, D), (b, lk, K, D), (b, lk, K, D))
 
 
 def _dense(enc, params, q, k, v, qp, kp, causal, **kw):
@@ -61,7 +60,7 @@ def test_bidirectional_without_segments_reads_in_bounds_and_equals_dense(cpu_ker
         def loss(*a):
             out = f(*a)
             return jnp.sum(jnp.sin(out)), out
-        return jax.jit(lambda *a: jax.grad(loss, (0, 1, 2), has_aux=True)(*a)[::-1])
+        return jit(lambda *a: jax.grad(loss, (0, 1, 2), has_aux=True)(*a)[::-1])
 
     (out, grads), (want, wants) = out_and_grads(kernel)(q, k, v), out_and_grads(dense)(q, k, v)
     np.testing.assert_allclose(out, want, atol=2e-5)
@@ -76,11 +75,12 @@ def test_a_query_at_every_key_block_start_sees_that_block():
     starts = jnp.array([[0], [16], [32], [48]], jnp.int32)
     q, k, v = _qkv(4, 1, 64)
     kp = jnp.arange(64, dtype=jnp.int32)[None]
-    for cpu_kernel in ("gpu", "tpu"):
-        out = flash_attention(q, k, v, encoding=enc, params={}, q_positions=starts,
-                              k_positions=kp, causal=True, block_q=16, block_k=16,
-                              cpu_kernel=cpu_kernel, interpret=CHECKED)
-        np.testing.assert_allclose(out, _dense(enc, {}, q, k, v, starts, kp, True), atol=2e-5)
+    want = jit(lambda q, k, v: _dense(enc, {}, q, k, v, starts, kp, True))(q, k, v)
+    for cpu_kernel in ("gpu", "tpu"):  # one compiled program each
+        out = jit(lambda q, k, v, c=cpu_kernel: flash_attention(
+            q, k, v, encoding=enc, params={}, q_positions=starts, k_positions=kp, causal=True,
+            block_q=16, block_k=16, cpu_kernel=c, interpret=CHECKED))(q, k, v)
+        np.testing.assert_allclose(out, want, atol=2e-5)
 
 
 def test_decoding_across_a_block_boundary_with_the_kernel_equals_the_forward():
@@ -89,8 +89,8 @@ def test_decoding_across_a_block_boundary_with_the_kernel_equals_the_forward():
     cfg = TransformerConfig(vocab_size=32, num_layers=1, embed_dim=32, num_heads=4,
                             num_kv_heads=2, mlp_dim=32, encoding="rope", attention="pallas",
                             block_size=16)
-    model = Transformer(cfg, rngs=nnx.Rngs(0))
-    tokens = jax.random.randint(jax.random.key(1), (2, 19), 0, 32)
+    model = numpy_model(cfg)  # NumPy-drawn parameters: no sampler compiled per shape
+    tokens = jnp.asarray(np.random.default_rng(1).integers(0, 32, (2, 19)), jnp.int32)
     full = nnx.jit(lambda m, t: m(t))(model, tokens)
     step = nnx.jit(lambda m, t, c: m(t, cache=c))
     cache = init_cache(model, 2, 32)
@@ -121,8 +121,9 @@ def test_empty_batch_and_empty_length_give_zeros_like_dense(implementation):
     enc = posenc_jax.get("alibi", num_heads=H)
     for b, lq, lk in ((0, 8, 8), (2, 0, 8), (2, 8, 0)):
         q, k, v = _qkv(b, lq, lk)
-        out = attend(q, k, v, encoding=enc, params={}, q_positions=jnp.arange(lq),
-                     k_positions=jnp.arange(lk), implementation=implementation)
+        out = jit(lambda q, k, v, lq=lq, lk=lk: attend(
+            q, k, v, encoding=enc, params={}, q_positions=jnp.arange(lq),
+            k_positions=jnp.arange(lk), implementation=implementation))(q, k, v)
         assert out.shape == (b, lq, H, D) and not np.any(np.asarray(out))
 
 
@@ -135,12 +136,14 @@ def test_int64_positions_near_2_31_do_not_wrap(name):
     enc = base.for_model(name, embed_dim=H * D, num_heads=H, head_dim=D)
     q, k, v = _qkv(1, 24, 24)
     params = jax.tree.map(jnp.float32, enc.init(jax.random.key(0)))
-    exact = _dense(enc, params, q, k, v, jnp.arange(24), jnp.arange(24), True)
-    with jax.enable_x64(True):
+    exact = jit(lambda *a: _dense(enc, params, *a, jnp.arange(24), jnp.arange(24), True))(
+        q, k, v)
+    with jax.enable_x64(True):  # positions closed over: concrete, so the kernel's span check runs
         pos = jnp.arange(24, dtype=jnp.int64) + (2**31 - 12)
-        out = attend(q, k, v, encoding=enc, params=params, q_positions=pos, k_positions=pos,
-                     implementation="pallas", block_q=16, block_k=16)
-        ref = _dense(enc, params, q, k, v, pos, pos, True)
+        out = jit(lambda *a: attend(*a, encoding=enc, params=params, q_positions=pos,
+                                        k_positions=pos, implementation="pallas", block_q=16,
+                                        block_k=16))(q, k, v)
+        ref = jit(lambda *a: _dense(enc, params, *a, pos, pos, True))(q, k, v)
     np.testing.assert_allclose(ref, exact, atol=2e-5)
     np.testing.assert_allclose(out, exact, atol=2e-5)
 

@@ -11,6 +11,7 @@ checked by `test_the_cover_holds_every_pair`); POSENC_TEST_FULL=1 lowers all 72 
 lowerings, ~8 minutes on 2 cores). Tolerances as tests/model/test_pallas.py.
 """
 
+import functools
 import itertools
 import os
 import re
@@ -19,6 +20,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from kernel_helpers import assert_close, normal, out_and_grads
 
 import posenc_jax
 from posenc_jax.model.config import TransformerConfig
@@ -36,7 +38,9 @@ def _rope(d, rotary):
                                                   {"partial_rotary_factor": float(rotary)}))
 
 
-def _lowered(d, rotary, kv, window, platforms=("cuda", "tpu")):
+def _traced(d, rotary, kv, window):
+    """The forward and backward program of one case, traced once (abstract arrays); each
+    platform lowers it (`.lower(lowering_platforms=...)`)."""
     enc = _rope(d, rotary)
     rotation = enc.kernel_rotation({})
     q = jax.ShapeDtypeStruct((1, L, H, d), jnp.bfloat16)
@@ -49,7 +53,7 @@ def _lowered(d, rotary, kv, window, platforms=("cuda", "tpu")):
             rotation=rotation, window=window), q, k, v)
         return vjp(out)
 
-    return jax.jit(f).trace(q, k, k, pos).lower(lowering_platforms=platforms).as_text()
+    return jax.jit(f).trace(q, k, k, pos)
 
 
 FACTORS = {"d": (40, 64, 80, 96, 128, 256), "rotary": ("full", "0.25"), "kv": (1, H // 2, H),
@@ -77,8 +81,9 @@ def test_the_cover_holds_every_pair():
 @pytest.mark.slow
 @pytest.mark.parametrize(("d", "rotary", "kv", "window"), CASES)
 def test_kernel_cross_lowers_for_cuda_and_tpu(d, rotary, kv, window):
+    traced = _traced(d, rotary, kv, window)
     for platform, call in zip(("cuda", "tpu"), CALLS):
-        text = _lowered(d, rotary, kv, window, (platform,))
+        text = traced.lower(lowering_platforms=(platform,)).as_text()
         assert call in text
         for kernel in ("fwd", "dq", "dkv"):
             assert f"posenc_flash_{kernel}_kernel" in text
@@ -104,32 +109,36 @@ def _reference(enc, q, k, v, pos, window):
                            k_positions=pos, mask=mask[None, None], scale=1 / np.sqrt(q.shape[-1]))
 
 
+@functools.cache
+def _interpret_pair(d, rotary, cpu_kernel):
+    """(kernel, dense) value-and-gradient programs of one case (kernel_helpers.out_and_grads);
+    L = 70 in 16-blocks, H = 4 over K = 2, window 24, positions from 5."""
+    enc, pos = _rope(d, rotary), jnp.arange(70, dtype=jnp.int32)[None] + 5
+
+    def kernel(q, k, v):
+        return flash_attention(q, k, v, encoding=enc, params={}, q_positions=pos,
+                               k_positions=pos, causal=True, rotation=enc.kernel_rotation({}),
+                               block_q=16, block_k=16, window=24, cpu_kernel=cpu_kernel)
+
+    return out_and_grads(kernel), _dense_program(d, rotary)
+
+
+@functools.cache
+def _dense_program(d, rotary):  # one per case: the gpu and tpu tests share it
+    enc, pos = _rope(d, rotary), jnp.arange(70, dtype=jnp.int32)[None] + 5
+    return out_and_grads(lambda q, k, v: _reference(enc, q, k, v, pos, 24))
+
+
 @pytest.mark.parametrize("cpu_kernel", ["gpu", "tpu"])
 @pytest.mark.parametrize(("d", "rotary"), [(80, "0.25"), (96, "0.5")])
 def test_interpret_values_and_gradients_equal_dense_with_partial_rotary_gqa_and_window(
         d, rotary, cpu_kernel):
     """L=70 in 16-blocks, H=4 over K=2, window 24 (keys 23 back): several key blocks are
-    skipped on both sides of the diagonal band."""
-    enc, n, window = _rope(d, rotary), 70, 24
-    kq, kk, kv = jax.random.split(jax.random.key(0), 3)
-    q = jax.random.normal(kq, (2, n, H, d))
-    k, v = jax.random.normal(kk, (2, n, 2, d)), jax.random.normal(kv, (2, n, 2, d))
-    pos = jnp.arange(n, dtype=jnp.int32)[None] + 5
+    skipped on both sides of the diagonal band. Output and gradients in one program a path."""
+    q, k, v = normal(0, (2, 70, H, d), (2, 70, 2, d), (2, 70, 2, d))
     w = jnp.cos(jnp.arange(d, dtype=jnp.float32)).reshape(1, 1, 1, d)
-
-    def kernel(q, k, v):
-        return flash_attention(q, k, v, encoding=enc, params={}, q_positions=pos,
-                               k_positions=pos, causal=True, rotation=enc.kernel_rotation({}),
-                               block_q=16, block_k=16, window=window, cpu_kernel=cpu_kernel)
-
-    def dense(q, k, v):
-        return _reference(enc, q, k, v, pos, window)
-
-    np.testing.assert_allclose(kernel(q, k, v), dense(q, k, v), atol=2e-5)
-    grads = jax.grad(lambda *a: jnp.sum(kernel(*a) * w), (0, 1, 2))(q, k, v)
-    refs = jax.grad(lambda *a: jnp.sum(dense(*a) * w), (0, 1, 2))(q, k, v)
-    for g, r in zip(grads, refs):
-        np.testing.assert_allclose(g, r, atol=1e-4 * max(1.0, float(jnp.abs(r).max())))
+    kernel, dense = _interpret_pair(d, rotary, cpu_kernel)
+    assert_close(kernel(w, q, k, v), dense(w, q, k, v))
 
 
 def test_window_rejects_a_non_positive_value():

@@ -15,6 +15,8 @@ from flax import nnx
 
 from posenc_jax.model.transformer import Transformer, TransformerConfig, complete_rules
 
+pytestmark = pytest.mark.usefixtures("cheap_compile")  # tests/model/conftest.py
+
 V, E, H, K, D, F = 48, 32, 4, 2, 8, 40
 LLAMA4 = {"attn_temperature": {"floor_scale": 3.0, "attn_scale": 0.5},
           "layer_pattern": [{"chunk": 4, "qk_l2_norm": True}] * 2 + [
@@ -76,7 +78,7 @@ def test_sinks_are_a_per_head_param_with_a_gradient():
     specs = nnx.get_partition_spec(nnx.state(model, nnx.Param))
     assert specs["layers"][0]["attn"]["sinks"].get_value() == jax.P("heads")
     assert model.layers[2].attn.sinks[...].shape == (H,)
-    grads = nnx.grad(loss)(model, jax.random.randint(jax.random.key(3), (2, 7), 0, V))
+    grads = nnx.jit(nnx.grad(loss))(model, jax.random.randint(jax.random.key(3), (2, 7), 0, V))
     for i in range(3):
         assert float(jnp.abs(grads["layers"][i]["attn"]["sinks"][...]).min()) > 0.0
 
@@ -86,11 +88,12 @@ def test_a_sink_with_no_other_visible_key_takes_its_share():
     not v_0 (the reference's denominator); a huge negative sink restores plain attention."""
     model = ref.randomized(config(**GPT_OSS))
     tokens = np.random.default_rng(4).integers(0, V, (1, 5))
-    np.testing.assert_allclose(np.asarray(model(jnp.asarray(tokens)), np.float64),
+    forward = nnx.jit(lambda m, t: m(t))  # one compile: the sinks are an input
+    np.testing.assert_allclose(np.asarray(forward(model, jnp.asarray(tokens)), np.float64),
                                ref.forward(model, tokens), rtol=2e-4, atol=2e-4)
     for layer in model.layers:
         layer.attn.sinks[...] = jnp.full((H,), -1e4)
-    np.testing.assert_allclose(np.asarray(model(jnp.asarray(tokens)), np.float64),
+    np.testing.assert_allclose(np.asarray(forward(model, jnp.asarray(tokens)), np.float64),
                                ref.forward(model, tokens, use_sinks=False), rtol=2e-4, atol=2e-4)
 
 

@@ -17,6 +17,8 @@ from posenc_jax._frozen import freeze
 from posenc_jax.model.layer_pattern import LayerSpec, group_size, query_temperature
 from posenc_jax.model.transformer import TransformerConfig
 
+pytestmark = pytest.mark.usefixtures("cheap_compile")  # tests/model/conftest.py
+
 V, E, H, K, D, F = 48, 32, 4, 2, 8, 40
 ROPE, NOPE = ("rope", freeze({})), ("nope", freeze({}))
 TEMP = {"floor_scale": 3.0, "attn_scale": 0.5}
@@ -140,12 +142,14 @@ def test_temperature_and_l2_norm_follow_the_cache():
 def test_l2_norm_makes_each_layer_blind_to_the_scale_of_q_and_k():
     """With qk_l2_norm every layer, scaling all q/k projections changes nothing (a property the
     model without it lacks)."""
+    forward = nnx.jit(lambda m, t: m(t))  # one compile a config: the factor is in the params
+
     def logits(cfg, factor):
         model = ref.randomized(cfg)
         for layer in model.layers:
             for p in (layer.attn.q_proj, layer.attn.k_proj):
                 p[...] = p[...] * factor
-        return np.asarray(model(jnp.arange(8)[None] % V))
+        return np.asarray(forward(model, jnp.arange(8)[None] % V))
 
     with_norm = config(layer_pattern=[{"qk_l2_norm": True}])
     np.testing.assert_allclose(logits(with_norm, 1.0), logits(with_norm, 7.0), atol=2e-4)

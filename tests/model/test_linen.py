@@ -8,6 +8,8 @@ import pytest
 from posenc_jax.encodings import alibi, rope, sinusoidal
 from posenc_jax.model.linen import PositionEmbedding, Rotary, ScoreBias
 
+pytestmark = pytest.mark.usefixtures("cheap_compile")  # tests/model/conftest.py
+
 B, L, H, D, E = 2, 6, 4, 8, 16
 POS = jnp.broadcast_to(jnp.arange(L) + 3, (B, L))
 
@@ -27,7 +29,7 @@ def test_learned_embedding_keeps_its_table_in_params():
     variables = layer.init(jax.random.key(1), x, POS)
     table = variables["params"]["pe"]["table"]
     assert table.shape == (16, E)
-    chex.assert_trees_all_close(layer.apply(variables, x, POS), table[POS])
+    chex.assert_trees_all_close(jax.jit(layer.apply)(variables, x, POS), table[POS])
 
 
 def test_rotary_matches_rope_apply():
@@ -43,17 +45,17 @@ def test_rotary_matches_rope_apply():
 def test_score_biases():
     layer = ScoreBias("alibi", {"num_heads": H})
     variables = layer.init(jax.random.key(0), POS, POS)
-    chex.assert_trees_all_close(layer.apply(variables, POS, POS),
+    chex.assert_trees_all_close(jax.jit(layer.apply)(variables, POS, POS),
                                 alibi.bias(alibi.slopes(H), POS, POS))
     t5 = ScoreBias("t5", {"num_heads": H, "num_buckets": 8})
     variables = t5.init(jax.random.key(0), POS, POS)
     assert variables["params"]["pe"]["table"].shape == (8, H)
-    chex.assert_shape(t5.apply(variables, POS, POS), (B, H, L, L))
+    chex.assert_shape(jax.jit(t5.apply)(variables, POS, POS), (B, H, L, L))
     q = jax.random.normal(jax.random.key(4), (B, L, H, D))
     shaw = ScoreBias("shaw", {"head_dim": D, "max_relative_position": 2})
     variables = shaw.init(jax.random.key(0), POS, POS, q)
     table = variables["params"]["pe"]["table"]                        # [2K + 1, D]
-    out = shaw.apply(variables, POS, POS, q)
+    out = jax.jit(shaw.apply)(variables, POS, POS, q)
     rel = jnp.clip(POS[:, None, :] - POS[:, :, None], -2, 2) + 2     # [B, Lq, Lk]
     expected = jnp.einsum("bqhd,bqkd->bhqk", q, table[rel])
     chex.assert_trees_all_close(out, expected, atol=1e-5)

@@ -8,9 +8,12 @@ import pathlib
 
 import jax.numpy as jnp
 import numpy as np
+import pytest
 from flax import nnx
 
 from posenc_jax.model.transformer import Transformer, TransformerConfig
+
+pytestmark = pytest.mark.usefixtures("cheap_compile")  # tests/model/conftest.py
 
 GOLDEN = pathlib.Path(__file__).resolve().parent.parent / "data" / "llama4_layer_golden.npz"
 
@@ -36,7 +39,7 @@ def test_llama4_layers_match_transformers():
         a.k_proj[...] = jnp.asarray(g[f"layer{i}_k_proj"].T.reshape(e, kh, d))
         a.v_proj[...] = jnp.asarray(g[f"layer{i}_v_proj"].T.reshape(e, kh, d))
         a.o_proj[...] = jnp.asarray(g[f"layer{i}_o_proj"].T.reshape(h, d, e))
-        out, _ = a(x, positions, None, None, i)
+        out, _ = nnx.jit(lambda a, x, i=i: a(x, positions, None, None, i))(a, x)
         np.testing.assert_allclose(np.asarray(out), g[f"layer{i}_out"], rtol=1e-4, atol=1e-4)
         worst.append(float(np.abs(np.asarray(out) - g[f"layer{i}_out"]).max()))
     print(f"worst |ours - transformers| per layer: {worst}")

@@ -20,6 +20,8 @@ from posenc_jax.model import lora
 from posenc_jax.model.config import TransformerConfig
 from posenc_jax.model.transformer import Transformer
 
+pytestmark = pytest.mark.usefixtures("cheap_compile")  # tests/model/conftest.py
+
 CONFIG = TransformerConfig(vocab_size=64, num_layers=2, embed_dim=16, num_heads=4,
                            num_kv_heads=2, mlp_dim=24)
 
@@ -64,6 +66,7 @@ def test_fresh_adapters_keep_the_logits_and_nudged_ones_change_them(model):
     fresh = lora.init(params, rank=2, targets=("q_proj", "v_proj"), key=jax.random.key(0))
     assert lora.num_params(fresh) == 2 * ((16 * 2 + 2 * 16) + (16 * 2 + 2 * 8))  # q, v; 2 layers
 
+    @jax.jit
     def logits(p):
         return nnx.merge(graphdef, p)(tokens)
 
@@ -84,14 +87,15 @@ def test_gradients_reach_the_adapters(model):
         return jnp.mean(nnx.merge(graphdef, lora.merge(params, a, rank=2, alpha=2.0))(
             tokens) ** 2)
 
-    grads = jax.grad(loss)(adapters)
+    grads = jax.jit(jax.grad(loss))(adapters)
     b = grads["layers"][0]["attn"]["o_proj"]["b"]
     assert np.abs(np.asarray(b)).max() > 0
     step = 1e-2
     bumped = jax.tree.map(lambda x: x, adapters)
     bumped["layers"][0]["attn"]["o_proj"]["b"] = adapters["layers"][0]["attn"]["o_proj"][
         "b"].at[0, 0].add(step)
-    finite = (loss(bumped) - loss(adapters)) / step
+    value = jax.jit(loss)  # one compile for both points
+    finite = (value(bumped) - value(adapters)) / step
     np.testing.assert_allclose(float(finite), float(b[0, 0]), rtol=0.05, atol=1e-4)
 
 

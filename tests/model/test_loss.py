@@ -12,6 +12,8 @@ from flax import nnx
 from posenc_jax import Transformer, TransformerConfig
 from posenc_jax.model import loss
 
+pytestmark = pytest.mark.usefixtures("cheap_compile")  # tests/model/conftest.py
+
 B, L, V = 2, 37, 50
 
 
@@ -43,11 +45,16 @@ def _reference(logits, targets, weights):
 def test_hidden_then_head_is_the_forward(kw):
     model = _model(**kw)
     inputs, _, _ = _batch()
-    hidden = model.hidden_states(inputs)
+
+    @nnx.jit  # one program: the two paths must be the same ops, bit for bit
+    def both(m, x):
+        hidden = m.hidden_states(x)
+        return hidden, m.head(hidden), m(x)
+
+    hidden, logits, forward = both(model, inputs)
     assert hidden.shape == (B, L, 32)
-    logits = model.head(hidden)
     assert logits.dtype == jnp.float32
-    np.testing.assert_array_equal(np.asarray(logits), np.asarray(model(inputs)))
+    np.testing.assert_array_equal(np.asarray(logits), np.asarray(forward))
 
 
 @pytest.mark.parametrize("chunk", [1, 8, 37, 64])

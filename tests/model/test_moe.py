@@ -15,6 +15,8 @@ from posenc_jax.model.kv_cache import init_cache
 from posenc_jax.model.mlp import SWIGLU_ALPHA, SWIGLU_LIMIT
 from posenc_jax.model.transformer import Transformer, TransformerConfig, complete_rules
 
+pytestmark = pytest.mark.usefixtures("cheap_compile")  # tests/model/conftest.py
+
 X, E, F, N = 4, 6, 5, 7
 
 
@@ -108,7 +110,8 @@ def test_gradients_equal_the_dense_mixture_and_skip_unchosen_experts():
         return jnp.sum(jnp.sin(fn(x, router_w, ws, **kw)))
 
     got = jax.jit(jax.grad(functools.partial(loss, _layer), argnums=(0, 1, 2)))(x, router_w, ws)
-    want = jax.grad(functools.partial(loss, _dense_mixture), argnums=(0, 1, 2))(x, router_w, ws)
+    want = jax.jit(jax.grad(functools.partial(loss, _dense_mixture), argnums=(0, 1, 2)))(
+        x, router_w, ws)
     for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
     for name in ("gate", "up", "down"):

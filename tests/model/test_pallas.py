@@ -15,6 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from kernel_helpers import assert_close, normal, out_and_grads
 
 import posenc_jax
 from posenc_jax.encodings import base
@@ -50,10 +51,7 @@ def _encoding(name):
 
 
 def _qkv(b, lq, lk, dtype=jnp.float32):
-    kq, kk, kv = jax.random.split(jax.random.key(0), 3)
-    return (jax.random.normal(kq, (b, lq, H, D)).astype(dtype),
-            jax.random.normal(kk, (b, lk, K, D)).astype(dtype),
-            jax.random.normal(kv, (b, lk, K, D)).astype(dtype))
+    return normal(0, (b, lq, H, D), (b, lk, K, D), (b, lk, K, D), dtype=dtype)
 
 
 def _pair(enc, cpu_kernel="gpu", **kw):
@@ -84,22 +82,10 @@ def _pair(enc, cpu_kernel="gpu", **kw):
 def _check(enc, params, qkv, kw, atol=2e-5, gtol=1e-4, cpu_kernel="gpu"):
     kernel, dense = _pair(enc, cpu_kernel, **kw)
     w = jnp.cos(jnp.arange(D, dtype=jnp.float32)).reshape(1, 1, 1, D)
-
-    def loss(f):
-        return lambda *a: jnp.sum(f(*a).astype(jnp.float32) * w)
-
-    def value_and_grads(f):  # one jit per path: the forward kernel is traced once
-        return jax.jit(lambda *a: (f(*a), jax.grad(loss(f), argnums=(0, 1, 2, 3))(*a)))
-
-    out, grads = value_and_grads(kernel)(*qkv, params)
-    ref, refs = value_and_grads(dense)(*qkv, params)
-    np.testing.assert_allclose(np.asarray(out, np.float32), np.asarray(ref, np.float32),
-                               atol=atol, rtol=0)
-    for g, r in zip(jax.tree.leaves(grads), jax.tree.leaves(refs)):
-        g, r = np.asarray(g, np.float32), np.asarray(r, np.float32)
-        assert np.all(np.isfinite(g))
-        np.testing.assert_allclose(g, r, atol=gtol * max(1.0, np.abs(r).max()), rtol=0)
-    return out
+    # one compiled program a path: the output and its vjp (the forward kernel traced once)
+    got = out_and_grads(kernel)(w, *qkv, params)
+    assert_close(got, out_and_grads(dense)(w, *qkv, params), atol=atol, gtol=gtol)
+    return got[0]
 
 
 def _packed(b):

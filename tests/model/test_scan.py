@@ -10,6 +10,8 @@ from flax import nnx
 
 from posenc_jax.model.transformer import Transformer, TransformerConfig, init_cache
 
+pytestmark = pytest.mark.usefixtures("cheap_compile")  # tests/model/conftest.py
+
 V = 40
 
 
@@ -30,6 +32,7 @@ def loss(model, tokens):
     return jnp.mean(jax.nn.log_softmax(model(tokens))[..., 0])
 
 
+@pytest.mark.usefixtures("default_opt_level")  # blockwise gradients: NaN at O0 (conftest)
 @pytest.mark.parametrize("encoding,attention", [("rope", "dense"), ("t5", "blockwise"),
                                                 ("learned", "dense")])
 def test_scan_matches_loop_values_and_gradients(encoding, attention):

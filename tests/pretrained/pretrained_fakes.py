@@ -7,6 +7,7 @@ import json
 import pathlib
 
 import numpy as np
+from flax import nnx
 from safetensors.numpy import save_file
 
 from posenc_jax.model.config import TransformerConfig
@@ -26,6 +27,13 @@ CONFIGS = {
                     "layer_types": ["sliding_attention", "full_attention"],
                     "rope_local_base_freq": 10000.0, "tie_word_embeddings": True},
 }
+
+
+@nnx.jit
+def forward(model, tokens):
+    """A model's logits as one compiled program per structure and shape, not op by op (an
+    eager forward compiles every primitive on its own: ~50-150 compiles a test)."""
+    return model(tokens)
 
 
 def hf_config(family: str, **overrides) -> dict:

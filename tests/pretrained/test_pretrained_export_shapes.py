@@ -92,4 +92,5 @@ def test_real_shapes_export_as_typed_and_read_back(case, tmp_path):
                     jax.tree.leaves(nnx.state(back, nnx.Param))):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
     tokens = jnp.asarray(np.random.default_rng(1).integers(0, 40, (1, 12)), jnp.int32)
-    np.testing.assert_array_equal(np.asarray(back(tokens)), np.asarray(model(tokens)))
+    np.testing.assert_array_equal(np.asarray(pretrained_fakes.forward(back, tokens)),
+                                  np.asarray(pretrained_fakes.forward(model, tokens)))

@@ -20,6 +20,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from flax import nnx
 
 from posenc_jax import pretrained
 from train import checkpoint, export, from_checkpoint, sharding, state, trainer
@@ -61,6 +62,12 @@ def ft_config(data_dir, family="llama", **overrides):
     return config
 
 
+@nnx.jit
+def forward(model, tokens):
+    """Logits as one compiled program (not op by op)."""
+    return model(tokens)
+
+
 def losses(workdir) -> list[float]:
     lines = (pathlib.Path(workdir) / "metrics.jsonl").read_text().splitlines()
     return [json.loads(line)["loss"] for line in lines if line.strip()]
@@ -80,26 +87,39 @@ def data_dir(tmp_path_factory):
     return tmp_path_factory.mktemp("data")
 
 
+@pytest.fixture(scope="module")
+def one_device(data_dir, tmp_path_factory):
+    """-> run(family, lora, loss_chunk): the workdir of that one-device run, each config run
+    once per module (the llama full fine-tune with loss_chunk=8 is both the mesh test's
+    one-device run and the chunked loss's run)."""
+    done = {}
+
+    def run(family="llama", lora=False, loss_chunk=8):
+        key = (family, lora, loss_chunk)
+        if key not in done:
+            workdir = tmp_path_factory.mktemp(f"one-{family}-{lora}-{loss_chunk}")
+            config = ft_config(data_dir, family, **{"lora.enabled": lora,
+                                                    "loss_chunk": loss_chunk})
+            trainer.train_and_evaluate(config, str(workdir), devices=jax.devices()[:1],
+                                       progress=False)
+            done[key] = workdir
+        return done[key]
+    return run
+
+
 @pytest.mark.parametrize("family,lora", MESH_CASES)
-def test_mesh_of_8_gives_the_one_device_losses(data_dir, tmp_path, family, lora):
-    one = ft_config(data_dir, family, **{"lora.enabled": lora})
-    trainer.train_and_evaluate(one, str(tmp_path / "one"), devices=jax.devices()[:1],
-                               progress=False)
+def test_mesh_of_8_gives_the_one_device_losses(data_dir, one_device, tmp_path, family, lora):
     eight = ft_config(data_dir, family, **{"lora.enabled": lora})
     eight.mesh.update(MESH)
     trainer.train_and_evaluate(eight, str(tmp_path / "eight"), progress=False)
-    a, b = losses(tmp_path / "one"), losses(tmp_path / "eight")
+    a, b = losses(one_device(family, lora)), losses(tmp_path / "eight")
     assert len(a) == 3 and a[0] != a[-1]  # it trains
     np.testing.assert_allclose(b, a, rtol=0, atol=1e-4)
 
 
-def test_chunked_loss_gives_the_full_loss_steps(data_dir, tmp_path):
-    for chunk in (0, 8):
-        trainer.train_and_evaluate(ft_config(data_dir, loss_chunk=chunk),
-                                   str(tmp_path / str(chunk)), devices=jax.devices()[:1],
-                                   progress=False)
-    np.testing.assert_allclose(losses(tmp_path / "8"), losses(tmp_path / "0"), rtol=0,
-                               atol=1e-5)
+def test_chunked_loss_gives_the_full_loss_steps(one_device):
+    np.testing.assert_allclose(losses(one_device(loss_chunk=8)), losses(one_device(loss_chunk=0)),
+                               rtol=0, atol=1e-5)
 
 
 @pytest.fixture(scope="module")
@@ -120,8 +140,6 @@ def test_lora_leaves_the_base_bit_identical(lora_run):
     config, workdir = lora_run
     setup, final = saved(config, workdir)
     base = pretrained.load(TINY / "llama").model
-    from flax import nnx
-
     original = checkpoint.to_numpy(nnx.to_pure_dict(nnx.state(base, nnx.Param)))
     flat = jax.tree_util.tree_flatten_with_path(final["frozen"])[0]
     assert len(flat) > 10
@@ -167,11 +185,11 @@ def test_lora_export_is_merged_with_the_new_rope_scaling(lora_run, tmp_path):
         {"data": 1}, devices=jax.devices()[:1]))
     back = pretrained.load(tmp_path / "hf", attention="blockwise")
     tokens = jnp.asarray(np.random.default_rng(0).integers(0, 320, (2, 48)), jnp.int32)
-    np.testing.assert_allclose(np.asarray(back.model(tokens)), np.asarray(model(tokens)),
-                               rtol=0, atol=1e-5)
-    base = pretrained.load(TINY / "llama", attention="blockwise",
-                           rope_scaling=scaling).model(tokens)
-    assert np.abs(np.asarray(base) - np.asarray(model(tokens))).max() > 1e-4  # not the base
+    ours = np.asarray(forward(model, tokens))
+    np.testing.assert_allclose(np.asarray(forward(back.model, tokens)), ours, rtol=0, atol=1e-5)
+    base = forward(pretrained.load(TINY / "llama", attention="blockwise",
+                                   rope_scaling=scaling).model, tokens)
+    assert np.abs(np.asarray(base) - ours).max() > 1e-4  # not the base
 
 
 def test_a_model_key_that_contradicts_the_checkpoint_names_both(data_dir):

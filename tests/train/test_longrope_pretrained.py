@@ -27,6 +27,12 @@ README = os.path.join(os.path.dirname(__file__), "..", "..", "README.md")
 TARGET = 128  # 2x the tiny model's max_position_embeddings=64
 
 
+@nnx.jit
+def forward(model, tokens):
+    """Logits as one compiled program per model structure (not op by op)."""
+    return model(tokens)
+
+
 @pytest.fixture(scope="module")
 def fit():
     return Perplexity.load(TINY, target_length=TARGET, text=README, samples=1)
@@ -50,18 +56,18 @@ def test_fitness_model_is_the_model_pretrained_load_builds_from_the_export(fit, 
                        "short_factor": [1.0] * 4, "original_max_position_embeddings": 64,
                        "factor": 2.0}
     tokens = jnp.asarray(fit.tokens)
-    ours = np.asarray(fit.model(best)(tokens))
+    ours = np.asarray(forward(fit.model(best), tokens))
     lm = pretrained.load(TINY, rope_scaling=scaling)
     assert fit.config(best).layer_encoding(0) == lm.config.layer_encoding(0)
     assert fit.config(best).scan_layers and not lm.config.scan_layers  # the fitness scans
-    loaded = np.asarray(lm.model(tokens))
+    loaded = np.asarray(forward(lm.model, tokens))
     np.testing.assert_allclose(loaded, ours, atol=1e-5, rtol=1e-5)
     pretrained.save(lm, tmp_path / "export")                  # out to a transformers dir ...
     written = json.loads((tmp_path / "export" / "config.json").read_text())
     rope = written.get("rope_parameters") or written["rope_scaling"]
     assert rope["rope_type"] == "longrope" and rope["long_factor"] == [1.0, 1.3, 1.7, 2.4]
     back = pretrained.load(tmp_path / "export")                 # ... and back in
-    np.testing.assert_array_equal(np.asarray(back.model(tokens)), loaded)
+    np.testing.assert_array_equal(np.asarray(forward(back.model, tokens)), loaded)
     logits = ours[0, :-1].astype(np.float64)                    # float64 reference loss
     logp = logits - logits.max(-1, keepdims=True)
     logp -= np.log(np.exp(logp).sum(-1, keepdims=True))
@@ -104,7 +110,7 @@ def test_short_factor_fitness_runs_the_short_regime_with_the_long_factors_kept(f
     assert short.scaling(cand) == {**fit.scaling(long), "short_factor": [1.0, 1.1, 1.2, 1.5]}
     assert short.config(cand).layer_encoding(0).unscaled_start == 2
     tokens = jnp.asarray(short.tokens)
-    logits = np.asarray(short.model(ones)(tokens), np.float64)[:, :-1]  # the static model
+    logits = np.asarray(forward(short.model(ones), tokens), np.float64)[:, :-1]  # the static model
     logp = logits - logits.max(-1, keepdims=True)
     logp -= np.log(np.exp(logp).sum(-1, keepdims=True))
     nll = -np.mean(np.take_along_axis(logp, short.tokens[:, 1:, None].astype(np.int64), -1))
@@ -160,8 +166,8 @@ def test_a_model_of_ours_takes_the_candidate_at_every_rope_layer(layers):
     scaled = dataclasses.replace(config, **(
         {"layer_encodings": [("rope", {"scaling": fit.scaling(cand)}), "nope"]} if layers
         else {"encoding_kwargs": {"scaling": fit.scaling(cand)}}))
-    want = Transformer(scaled, rngs=nnx.Rngs(0))(jnp.asarray(tokens))
-    np.testing.assert_allclose(fit.model(cand)(jnp.asarray(tokens)), want, atol=1e-5)
+    want = forward(Transformer(scaled, rngs=nnx.Rngs(0)), jnp.asarray(tokens))
+    np.testing.assert_allclose(forward(fit.model(cand), jnp.asarray(tokens)), want, atol=1e-5)
     assert np.isfinite(fit(cand)) and fit(cand) != fit(Candidate((100,) * 8, 0))
     coarse = Perplexity.of_model(model, tokens, original=16, step=0.1)  # the grid travels
     space = coarse.space()
@@ -202,8 +208,8 @@ def test_gemma3_searches_its_full_attention_layers_only():
     want = pretrained.load(gemma, rope_scaling=fit.scaling(cand)).model
     assert not cfg.scan_layers  # one encoding per layer type: the loop
     zero = Candidate(cand.steps, 0)
-    np.testing.assert_array_equal(fit.model(zero)(jnp.asarray(tokens)),
-                                  want(jnp.asarray(tokens)))
+    np.testing.assert_array_equal(forward(fit.model(zero), jnp.asarray(tokens)),
+                                  forward(want, jnp.asarray(tokens)))
     assert np.isfinite(fit(cand)) and fit(cand) != fit(zero)
 
 

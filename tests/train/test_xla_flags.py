@@ -2,6 +2,7 @@
 and never flags under which our programs fail to compile (the oneDNN reproducer of
 `train.xla_flags`, a dense and a blockwise train-step gradient run under them)."""
 
+import json
 import os
 import subprocess
 import sys
@@ -40,21 +41,40 @@ def test_defaults_only_when_unset(monkeypatch):
     assert xla_flags.apply_cpu_defaults(env) is None and env == {}
 
 
-@pytest.mark.parametrize("entry", ["train.__main__", "train.study.__main__"])
-def test_importing_the_library_and_the_entry_points_changes_no_environment(entry):
+ENTRIES = ("train.__main__", "train.study.__main__")
+
+
+@pytest.fixture(scope="module")
+def environ_changes() -> dict:
+    """{entry: the os.environ keys its import changed}, from one process importing the library
+    then each entry in turn (one interpreter start, not one per entry): the snapshot before an
+    entry is taken after everything imported before it."""
     # Some of our dependencies set variables when imported (orbax-checkpoint 0.12.8 and grain
     # 0.2.18 set TF_CPP_MIN_LOG_LEVEL and TPU_SKIP_MDS_QUERY; tensorboardX CRC32C_SW_MODE): the
     # snapshot is taken after them, so what is checked is that our own modules change nothing.
-    code = ("import os, orbax.checkpoint, grain, tensorflow_datasets, tensorboardX; "
-            "before = dict(os.environ); import posenc_jax.model.transformer, "
-            f"train.xla_flags, {entry}; "
-            "changed = sorted(k for k in set(before) | set(os.environ) "
-            "if before.get(k) != os.environ.get(k)); "
-            "assert not changed, f'import changed os.environ: {changed}'")
+    code = ("import importlib, json, os, orbax.checkpoint, grain, tensorflow_datasets, "
+            "tensorboardX\nout = {}\n"
+            f"for entry in ('', *{ENTRIES!r}):\n"
+            "    before = dict(os.environ)\n"
+            "    if entry: importlib.import_module(entry)\n"
+            "    else: importlib.import_module('posenc_jax.model.transformer'); "
+            "importlib.import_module('train.xla_flags')\n"
+            "    out[entry] = sorted(k for k in set(before) | set(os.environ) "
+            "if before.get(k) != os.environ.get(k))\n"
+            "print(json.dumps(out))")
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
     p = subprocess.run([sys.executable, "-c", code], check=False, env=env, capture_output=True,
                        text=True, timeout=120)
     assert p.returncode == 0, p.stderr[-2000:]
+    return json.loads(p.stdout.splitlines()[-1])
+
+
+@pytest.mark.parametrize("entry", ENTRIES)
+def test_importing_the_library_and_the_entry_points_changes_no_environment(entry,
+                                                                          environ_changes):
+    assert environ_changes[""] == [], f"import changed os.environ: {environ_changes['']}"
+    changed = environ_changes[entry]
+    assert changed == [], f"import of {entry} changed os.environ: {changed}"
 
 
 @pytest.mark.parametrize("seq_len,attention", [(64, "dense"), (512, "dense"),
