@@ -103,17 +103,19 @@ SLOW_FILES = {
 # (docs/test_time.md), cold cache, a loaded 2-core machine; the notebooks come next, then
 # every other file in collection order. Re-sort it from a run's `--durations` when it drifts.
 FIRST = (
-    "tests/study/test_study_parallel.py",              # 255 s
-    "tests/pretrained/test_pretrained_real.py",        # ~200 s: two real models
-    "tests/model/test_kernel_faults.py",               # 227 s
-    "tests/model/test_attention.py",                   # ~220 s
-    "tests/test_benchmarks.py",                        # 156 s: eight processes
-    "tests/train/test_train_faults.py",                # 150 s
-    "tests/study/test_study_e2e.py",                   # 153 s
-    "tests/model/test_pallas.py",                      # 150 s
-    "tests/test_device_check.py",                      # 148 s: one test, six processes
-    "tests/pretrained/test_pretrained_yarn.py",        # ~110 s: SmolLM2 at 10,240 tokens
-    "tests/train/test_finetune_smollm2.py",            # one test, two processes
+    "tests/test_benchmarks.py",                        # 165 s: eight benchmark smokes
+    "tests/test_device_check.py",                      # 100 s: the device script's smoke
+    "tests/train/test_finetune_from_checkpoint.py",    # 96 s
+    "tests/train/test_finetune_smollm2.py",            # 90 s: one test, two processes
+    "tests/train/test_train_faults.py",                # 83 s: `python -m train` killed
+    "tests/pretrained/test_pretrained_real.py",        # 80 s: two real models
+    "tests/study/test_study_parallel.py",              # ~60 s: a study in workers
+    "tests/train/test_context_parallel_auto.py",       # ~55 s
+    "tests/model/test_layer_attention_combined.py",    # 52 s
+    "tests/study/test_study_e2e.py",                   # ~45 s
+    "tests/model/test_context_parallel.py",            # 45 s
+    "tests/model/test_attention.py",                   # 44 s
+    "tests/pretrained/test_pretrained_yarn.py",        # ~40 s: SmolLM2 at 8,704 tokens
 )
 
 

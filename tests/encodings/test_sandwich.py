@@ -86,6 +86,7 @@ def test_errors_name_the_values():
                              head_dim=16)
 
 
+@pytest.mark.optimized_compile  # bit for bit: two programs, as XLA's optimised pipeline compiles them
 def test_bias_equals_the_elementwise_hook_bit_for_bit_on_batched_positions():
     qp = jnp.array([[0, 5, 999_990, 7], [3, 3, 1, 2]])                       # [B, Lq]
     kp = jnp.array([[1_000_000, 2, 0, 40, 9], [0, 1, 2, 3, 4]])              # [B, Lk]

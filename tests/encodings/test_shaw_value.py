@@ -55,6 +55,7 @@ def test_attention_output_is_eq3_of_the_paper():
     np.testing.assert_allclose(np.asarray(got)[0], want, rtol=2e-5, atol=2e-5)
 
 
+@pytest.mark.optimized_compile  # the blockwise backward at O0: tests/model/conftest.py
 def test_blockwise_equals_dense_values_and_gradients():
     params = params_of(3)
     kq, kk, kv = jax.random.split(jax.random.key(4), 3)

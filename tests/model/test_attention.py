@@ -13,7 +13,6 @@ import posenc_jax
 from posenc_jax.encodings.capabilities import QueryBias
 from posenc_jax.model.attention import attend
 
-pytestmark = pytest.mark.usefixtures("cheap_compile")  # tests/model/conftest.py
 OPTIMISED = {"xla_backend_optimization_level": 3}  # XLA's default, for _pair_fn (conftest)
 
 H, K, D = 4, 2, 8

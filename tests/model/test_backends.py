@@ -18,8 +18,6 @@ from posenc_jax.model.attention import IMPLEMENTATIONS, attend
 from posenc_jax.model.backends import registry
 from posenc_jax.model.config import TransformerConfig
 
-pytestmark = pytest.mark.usefixtures("cheap_compile")  # tests/model/conftest.py
-
 B, L, H, D = 1, 8, 2, 8
 SMALL = backends.Shapes(batch=B, q_len=L, k_len=L, heads=H, kv_heads=H, head_dim=D)
 LONG = SMALL._replace(q_len=4096, k_len=4096)

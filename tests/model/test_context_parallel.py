@@ -29,8 +29,6 @@ from posenc_jax.model import load_balance as lb
 from posenc_jax.model.attention import attend
 from posenc_jax.model.blockwise import attend_blockwise
 
-pytestmark = pytest.mark.usefixtures("cheap_compile")  # tests/model/conftest.py
-
 B, L, H, K, D, N = 2, 64, 4, 2, 16, 4
 CHUNK = L // N
 # Compiling is most of these tests' time; XLA:CPU's cheap pipeline halves it, same numerics.

@@ -19,8 +19,6 @@ from posenc_jax.encodings.base import for_model
 from posenc_jax.model import context_parallel as cp
 from posenc_jax.model.attention import attend
 
-pytestmark = pytest.mark.usefixtures("cheap_compile")  # tests/model/conftest.py
-
 D = 16
 LOCAL = {"window": 11, "chunk_size": 24, "sink_tokens": 3}  # chunks end inside shards
 

@@ -15,8 +15,6 @@ import posenc_jax
 from posenc_jax.encodings.capabilities import position_axes
 from posenc_jax.model.transformer import Transformer, TransformerConfig
 
-pytestmark = pytest.mark.usefixtures("cheap_compile")  # tests/model/conftest.py
-
 V, L, E, H = 24, 10, 16, 2
 KWARGS = {"t5": {"num_buckets": 8, "max_distance": 16}, "shaw": {"max_relative_position": 3},
           "learned": {"max_len": 16}, "fire": {"init_length": 8.0},

@@ -11,8 +11,6 @@ from flax import nnx
 from posenc_jax import hf_config
 from posenc_jax.model.transformer import Transformer, TransformerConfig, init_cache
 
-pytestmark = pytest.mark.usefixtures("cheap_compile")  # tests/model/conftest.py
-
 GEMMA3_TINY = {"model_type": "gemma3_text", "vocab_size": 48, "hidden_size": 32,
                "intermediate_size": 64, "num_attention_heads": 2, "num_key_value_heads": 1,
                "head_dim": 16, "num_hidden_layers": 2, "sliding_window_pattern": 2,

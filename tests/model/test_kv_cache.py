@@ -10,8 +10,6 @@ from flax import nnx
 
 from posenc_jax.model.transformer import Transformer, TransformerConfig, generate, init_cache
 
-pytestmark = pytest.mark.usefixtures("cheap_compile")  # tests/model/conftest.py
-
 V, N, S = 40, 11, 16          # vocab, tokens decoded, cache slots
 ENCODINGS = {
     "nope": {}, "rope": {"layout": "interleaved", "partial_rotary_factor": 0.5}, "alibi": {},

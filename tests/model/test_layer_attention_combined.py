@@ -15,8 +15,6 @@ from flax import nnx
 
 from posenc_jax.model.transformer import Transformer, TransformerConfig, complete_rules
 
-pytestmark = pytest.mark.usefixtures("cheap_compile")  # tests/model/conftest.py
-
 V, E, H, K, D, F = 48, 32, 4, 2, 8, 40
 LLAMA4 = {"attn_temperature": {"floor_scale": 3.0, "attn_scale": 0.5},
           "layer_pattern": [{"chunk": 4, "qk_l2_norm": True}] * 2 + [

@@ -17,8 +17,6 @@ from posenc_jax._frozen import freeze
 from posenc_jax.model.layer_pattern import LayerSpec, group_size, query_temperature
 from posenc_jax.model.transformer import TransformerConfig
 
-pytestmark = pytest.mark.usefixtures("cheap_compile")  # tests/model/conftest.py
-
 V, E, H, K, D, F = 48, 32, 4, 2, 8, 40
 ROPE, NOPE = ("rope", freeze({})), ("nope", freeze({}))
 TEMP = {"floor_scale": 3.0, "attn_scale": 0.5}

@@ -8,8 +8,6 @@ import pytest
 from posenc_jax.encodings import alibi, rope, sinusoidal
 from posenc_jax.model.linen import PositionEmbedding, Rotary, ScoreBias
 
-pytestmark = pytest.mark.usefixtures("cheap_compile")  # tests/model/conftest.py
-
 B, L, H, D, E = 2, 6, 4, 8, 16
 POS = jnp.broadcast_to(jnp.arange(L) + 3, (B, L))
 

@@ -8,12 +8,9 @@ import pathlib
 
 import jax.numpy as jnp
 import numpy as np
-import pytest
 from flax import nnx
 
 from posenc_jax.model.transformer import Transformer, TransformerConfig
-
-pytestmark = pytest.mark.usefixtures("cheap_compile")  # tests/model/conftest.py
 
 GOLDEN = pathlib.Path(__file__).resolve().parent.parent / "data" / "llama4_layer_golden.npz"
 

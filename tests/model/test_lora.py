@@ -20,8 +20,6 @@ from posenc_jax.model import lora
 from posenc_jax.model.config import TransformerConfig
 from posenc_jax.model.transformer import Transformer
 
-pytestmark = pytest.mark.usefixtures("cheap_compile")  # tests/model/conftest.py
-
 CONFIG = TransformerConfig(vocab_size=64, num_layers=2, embed_dim=16, num_heads=4,
                            num_kv_heads=2, mlp_dim=24)
 

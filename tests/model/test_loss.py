@@ -12,8 +12,6 @@ from flax import nnx
 from posenc_jax import Transformer, TransformerConfig
 from posenc_jax.model import loss
 
-pytestmark = pytest.mark.usefixtures("cheap_compile")  # tests/model/conftest.py
-
 B, L, V = 2, 37, 50
 
 

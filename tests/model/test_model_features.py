@@ -14,8 +14,6 @@ from flax import nnx
 from posenc_jax.model.kv_cache import init_cache
 from posenc_jax.model.transformer import Transformer, TransformerConfig
 
-pytestmark = pytest.mark.usefixtures("cheap_compile")  # tests/model/conftest.py
-
 V, L, E, H, K, D, F = 48, 10, 32, 4, 2, 16, 40
 
 

@@ -15,8 +15,6 @@ from posenc_jax.model.kv_cache import init_cache
 from posenc_jax.model.mlp import SWIGLU_ALPHA, SWIGLU_LIMIT
 from posenc_jax.model.transformer import Transformer, TransformerConfig, complete_rules
 
-pytestmark = pytest.mark.usefixtures("cheap_compile")  # tests/model/conftest.py
-
 X, E, F, N = 4, 6, 5, 7
 
 

@@ -13,8 +13,6 @@ from flax import nnx
 from posenc_jax.model import remat
 from posenc_jax.model.transformer import Transformer, TransformerConfig
 
-pytestmark = pytest.mark.usefixtures("cheap_compile")  # tests/model/conftest.py
-
 V = 40
 
 

@@ -10,8 +10,6 @@ from flax import nnx
 
 from posenc_jax.model.transformer import Transformer, TransformerConfig, init_cache
 
-pytestmark = pytest.mark.usefixtures("cheap_compile")  # tests/model/conftest.py
-
 V = 40
 
 

@@ -13,8 +13,6 @@ from flax import nnx
 from posenc_jax.model.scan import scan_plan
 from posenc_jax.model.transformer import Transformer, TransformerConfig
 
-pytestmark = pytest.mark.usefixtures("cheap_compile")  # tests/model/conftest.py
-
 V = 40
 GEMMA = {"num_layers": 8, "sliding_window": [3, 3, None] * 2 + [3, 3],
          "layer_encodings": ["rope", "rope", ("rope", {"base": 1e6})] * 2 + ["rope"] * 2}

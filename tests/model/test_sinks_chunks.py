@@ -26,8 +26,6 @@ import posenc_jax
 from posenc_jax.model import backends
 from posenc_jax.model.attention import attend
 
-pytestmark = pytest.mark.usefixtures("cheap_compile")  # tests/model/conftest.py
-
 B, H, K, D = 2, 4, 2, 16
 GOLDEN = pathlib.Path(__file__).resolve().parents[1] / "data" / "attention_golden.npz"
 IMPLS = ("dense", "blockwise", "pallas")

@@ -20,8 +20,6 @@ from posenc_jax.model.transformer import (
     complete_rules,
 )
 
-pytestmark = pytest.mark.usefixtures("cheap_compile")  # tests/model/conftest.py
-
 V, L = 40, 12
 ENCODINGS = {
     "nope": {}, "rope": {}, "alibi": {}, "t5": {"num_buckets": 8, "max_distance": 16},

@@ -25,6 +25,9 @@ from posenc_jax.model.generate import generate
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 DATA = ROOT / "tests" / "data" / "pretrained"
 DIR = pathlib.Path(os.environ.get("POSENC_PRETRAINED_DIR", ROOT / ".pretrained"))
+# XLA's optimised compiles: real models run long enough that cheap machine code costs more
+# than it saves (tests/conftest.py, CHEAP_COMPILE; measured in docs/test_time.md)
+pytestmark = pytest.mark.optimized_compile
 MODELS = {"smollm2": "SmolLM2-135M-Instruct.Q4_1.gguf", "gemma3": "gemma-3-270m-q4_k_m.gguf"}
 SCANNED = {"smollm2", "gemma3"}  # the models run with scan_layers=True (the docstring)
 

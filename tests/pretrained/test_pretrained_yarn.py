@@ -22,6 +22,9 @@ from flax import nnx
 
 from posenc_jax import pretrained
 
+# XLA's optimised compiles: real models run long enough that cheap machine code costs more
+# than it saves (tests/conftest.py, CHEAP_COMPILE; measured in docs/test_time.md)
+pytestmark = pytest.mark.optimized_compile
 DATA = pathlib.Path(__file__).parents[1] / "data" / "pretrained"
 REAL_DIR = pathlib.Path(os.environ.get("POSENC_PRETRAINED_DIR",
                                        pathlib.Path(__file__).parents[2] / ".pretrained"))

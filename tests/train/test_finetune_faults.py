@@ -39,6 +39,7 @@ def data_dir(tmp_path_factory):
     return tmp_path_factory.mktemp("data")
 
 
+@pytest.mark.optimized_compile  # bit for bit against the trainer run in this process: both at XLA's defaults
 def test_sigkill_then_rerun_is_bit_identical(data_dir, tmp_path):
     reference = tmp_path / "reference"
     config = ft_config(data_dir, **RUN)

@@ -35,7 +35,7 @@ def _run_module():
 
 
 RUN = _run_module()
-pytestmark = [pytest.mark.slow, pytest.mark.skipif(
+pytestmark = [pytest.mark.slow, pytest.mark.optimized_compile, pytest.mark.skipif(
     not RUN.checkpoint().is_file(), reason=f"{RUN.checkpoint()} is missing "
     "(bash scripts/fetch_pretrained.sh DIR, then POSENC_PRETRAINED_DIR=DIR)")]
 

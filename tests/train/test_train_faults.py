@@ -35,7 +35,9 @@ from train import checkpoint, metrics, sharding, state, tensorboard_log, trainer
 # No filter of PytestUnraisableExceptionWarning: an error in an asynchronous save must fail
 # the test that caused it (the noise of failed restores is dropped by the trainer itself,
 # inside the run only: `checkpoint.quiet_failed_restores`).
-pytestmark = [pytest.mark.filterwarnings("ignore:the load_module")]
+# XLA's optimised compiles for the whole module: its runs are compared bit for bit with the
+# `reference` run of this process, which every test must compile alike (tests/conftest.py)
+pytestmark = [pytest.mark.filterwarnings("ignore:the load_module"), pytest.mark.optimized_compile]
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
