@@ -194,13 +194,26 @@ def _optimized_compile_options(original):
     return get_compile_options
 
 
+_MODE = {"optimized": False}
+
+
+def _enter(*, optimized: bool) -> None:
+    """Empties JAX's in-memory caches (jit, tracing, lowering) when the compile mode changes."""
+    if _MODE["optimized"] != optimized:
+        jax.clear_caches()
+        _MODE["optimized"] = optimized
+
+
 @contextlib.contextmanager
 def _optimized(item):
     """For a test marked `optimized_compile`: XLA's default compiles (see CHEAP_COMPILE) in this
     process and in the processes it starts, from its setup (module fixtures built there
-    included) to its teardown. JAX's in-memory caches do not key on these settings, so such a
-    test must compile its own programs, not ones an earlier test of its process compiled."""
+    included) to its teardown. JAX's in-memory caches do not key on these settings, so they
+    are emptied whenever a worker goes from one mode to the other (`_enter`): a program compiled
+    cheaply for an earlier test is never handed to a marked one (the persistent cache keys on
+    the settings, so its entries stay apart)."""
     if not CHEAP_COMPILE or item.get_closest_marker("optimized_compile") is None:
+        _enter(optimized=False)
         yield
         return
     flag = "jax_disable_most_optimizations"
@@ -211,6 +224,7 @@ def _optimized(item):
         patch.setenv("XLA_FLAGS", " ".join(
             f for f in os.environ["XLA_FLAGS"].split() if f != CHEAP_XLA_FLAG))
         jax.config.update(flag, False)
+        _enter(optimized=True)
         try:
             yield
         finally:

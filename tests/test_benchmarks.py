@@ -22,6 +22,8 @@ import sys
 
 import pytest
 
+from tests.subprocess_env import cheap_xla_flags
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 BENCHMARKS = ROOT / "benchmarks"
 HAVE_TORCH = importlib.util.find_spec("torch") is not None
@@ -89,7 +91,7 @@ def test_every_benchmark_is_in_the_table():
 
 def _env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
-    env.update(PYTHONPATH=str(ROOT), JAX_PLATFORMS="cpu")
+    env.update(PYTHONPATH=str(ROOT), JAX_PLATFORMS="cpu", **cheap_xla_flags())
     return env
 
 

@@ -16,6 +16,8 @@ import sys
 
 import pytest
 
+from tests.subprocess_env import cheap_xla_flags
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 KEYS = ("platform", "jax_version", "tests", "rope", "attention", "train", "kernel", "study",
         "extend_finetune", "extend_2c", "longrope_2c", "extend_4c")
@@ -25,6 +27,7 @@ SKIPPED = ("kernel", "study")  # run by other tests (the docstring)
 @pytest.mark.slow
 def test_device_check_smoke_writes_every_section(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    env.update(cheap_xla_flags())
     env["PYTHON"] = sys.executable
     env["DEVICE_CHECK_BUDGET_SCALE"] = "3"  # the limits are for a quiet machine
     if os.environ.get("POSENC_TEST_FULL") != "1":
