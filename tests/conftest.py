@@ -99,23 +99,22 @@ SLOW_FILES = {
 # The files that take longest in one pytest worker, longest first: they run first.
 # scripts/test.sh hands whole files to the two workers (`--dist loadfile`, in this order), so a
 # module's fixtures (a real model, a finished study) are built once, not once per worker, and
-# no long file starts last while the other worker sits idle. Seconds: issue 36's notes
-# (docs/test_time.md), cold cache, a loaded 2-core machine; the notebooks come next, then
+# no long file starts last while the other worker sits idle. Seconds of a worker: the fresh
+# clone's run of 2026-12-05 (docs/test_time.md), cold cache, both workers busy; the notebooks come next, then
 # every other file in collection order. Re-sort it from a run's `--durations` when it drifts.
 FIRST = (
-    "tests/test_benchmarks.py",                        # 165 s: eight benchmark smokes
-    "tests/test_device_check.py",                      # 100 s: the device script's smoke
-    "tests/train/test_finetune_from_checkpoint.py",    # 96 s
-    "tests/train/test_finetune_smollm2.py",            # 90 s: one test, two processes
-    "tests/train/test_train_faults.py",                # 83 s: `python -m train` killed
-    "tests/pretrained/test_pretrained_real.py",        # 80 s: two real models
-    "tests/study/test_study_parallel.py",              # ~60 s: a study in workers
-    "tests/train/test_context_parallel_auto.py",       # ~55 s
-    "tests/model/test_layer_attention_combined.py",    # 52 s
-    "tests/study/test_study_e2e.py",                   # ~45 s
-    "tests/model/test_context_parallel.py",            # 45 s
-    "tests/model/test_attention.py",                   # 44 s
-    "tests/pretrained/test_pretrained_yarn.py",        # ~40 s: SmolLM2 at 8,704 tokens
+    "tests/train/test_finetune_smollm2.py",            # 84 s: one test, two processes
+    "tests/train/test_train_faults.py",                # 63 s: `python -m train` killed
+    "tests/test_benchmarks.py",                        # 56 s: ten benchmark smokes
+    "tests/pretrained/test_pretrained_real.py",        # 55 s: two real models
+    "tests/study/test_study_parallel.py",              # 54 s: a study in workers
+    "tests/train/test_finetune_from_checkpoint.py",    # 52 s
+    "tests/model/test_context_parallel.py",            # 41 s
+    "tests/test_device_check.py",                      # 40 s: the device script's smoke
+    "tests/model/test_layer_attention_combined.py",    # 38 s
+    "tests/train/test_context_parallel_auto.py",       # 33 s
+    "tests/model/test_attention.py",                   # 29 s
+    "tests/train/test_finetune_faults.py",             # 29 s
 )
 
 
