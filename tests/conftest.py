@@ -100,8 +100,9 @@ SLOW_FILES = {
 # scripts/test.sh hands whole files to the two workers (`--dist loadfile`, in this order), so a
 # module's fixtures (a real model, a finished study) are built once, not once per worker, and
 # no long file starts last while the other worker sits idle. Seconds of a worker: the fresh
-# clone's run of 2026-12-05 (docs/test_time.md), cold cache, both workers busy; the notebooks come next, then
-# every other file in collection order. Re-sort it from a run's `--durations` when it drifts.
+# clone's run of 2026-12-05 (docs/test_time.md), cold cache, both workers busy; the notebooks
+# come next, then every other file in collection order. Re-sort it from a run's `--durations`
+# (or POSENC_TEST_COMPILE_REPORT's per-test seconds) when it drifts.
 FIRST = (
     "tests/train/test_finetune_smollm2.py",            # 84 s: one test, two processes
     "tests/train/test_train_faults.py",                # 63 s: `python -m train` killed
