@@ -42,12 +42,12 @@ if os.environ.get("POSENC_TEST_COMPILE_CACHE", "1") != "0":
 # older loop emitters instead of the MLIR fusion emitters. The HLO passes (fusion, layout,
 # buffer assignment) are XLA's usual ones; only the machine code differs, and with it the
 # rounding of a float op here and there (every gradient leaf of a tiny transformer moved by at
-# most 8.6e-7, measured): the tests' tolerances are unchanged and every file passes both ways.
+# most 8.6e-7, measured): the tests' tolerances are unchanged.
 # The settings go into the environment, so every process a test starts inherits them (unless
 # the test sets XLA_FLAGS itself), and they are in the persistent cache's key (XLA_FLAGS and
 # the compile options), so a cheap program never answers an optimised compile. A test marked
-# `optimized_compile` (a property of XLA's optimised output: compiled memory, speed) runs
-# in this process with XLA's defaults. POSENC_TEST_CHEAP_COMPILE=0 runs everything with them.
+# `optimized_compile` (bit-for-bit comparisons with XLA's optimised output, real models that run
+# long, the blockwise backward's NaN at O0: docs/test_time.md) runs with XLA's defaults. POSENC_TEST_CHEAP_COMPILE=0 runs everything with them.
 CHEAP_COMPILE = os.environ.get("POSENC_TEST_CHEAP_COMPILE", "1") != "0"
 CHEAP_XLA_FLAG = "--xla_cpu_use_fusion_emitters=false"
 if CHEAP_COMPILE:

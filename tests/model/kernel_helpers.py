@@ -7,19 +7,18 @@ shape again); `jax.random` compiles a sampler per shape. One `jax.jit` around th
 its vjp is one compile per path, and one the persistent cache can serve to the next process.
 """
 
-import functools
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from flax import nnx
 
-# XLA:CPU's cheap pipeline, as tests/model/test_context_parallel.py's `jit`, plus the classic
-# loop emitters in place of the fusion emitters: an interpreted kernel's program compiles ~4x
-# faster (FIRE's value-and-gradient program: 5.0 -> 1.2 CPU s). Both sides of every comparison
-# are compiled alike; the tolerances are unchanged.
-FAST = {"xla_backend_optimization_level": 0, "xla_llvm_disable_expensive_passes": True,
-        "xla_cpu_use_fusion_emitters": False}
-jit = functools.partial(jax.jit, compiler_options=FAST)
+from posenc_jax.model.transformer import Transformer
+
+# The suite compiles with XLA:CPU's cheap pipeline (tests/conftest.py, CHEAP_COMPILE): an
+# interpreted kernel's program compiles ~4x faster there (FIRE's value-and-gradient program:
+# 5.0 -> 1.2 CPU s). Both sides of every comparison are compiled alike.
+jit = jax.jit
 
 
 def normal(seed, *shapes, dtype=jnp.float32):
@@ -54,10 +53,6 @@ def assert_close(got, want, atol=2e-5, gtol=1e-4):
 def numpy_model(cfg, seed=0):
     """A Transformer of `cfg` with NumPy-drawn parameters (N(0, 1 / fan_in) for matrices, ones
     for norm scales): created eagerly, the model would compile one sampler per shape."""
-    from flax import nnx
-
-    from posenc_jax.model.transformer import Transformer
-
     graphdef, state = nnx.split(nnx.eval_shape(lambda: Transformer(cfg, rngs=nnx.Rngs(0))))
     rng = np.random.default_rng(seed)
 

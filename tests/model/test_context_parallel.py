@@ -12,7 +12,6 @@
 The kernel-step ring's values and gradients: tests/model/test_context_parallel_kernel.py.
 """
 
-import functools
 import re
 
 import hypothesis.strategies as st
@@ -31,9 +30,7 @@ from posenc_jax.model.blockwise import attend_blockwise
 
 B, L, H, K, D, N = 2, 64, 4, 2, 16, 4
 CHUNK = L // N
-# Compiling is most of these tests' time; XLA:CPU's cheap pipeline halves it, same numerics.
-jit = functools.partial(jax.jit, compiler_options={"xla_backend_optimization_level": 0,
-                                                   "xla_llvm_disable_expensive_passes": True})
+jit = jax.jit  # compiled with the suite's cheap XLA:CPU pipeline (tests/conftest.py)
 
 
 @pytest.fixture(scope="module")

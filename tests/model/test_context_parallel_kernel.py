@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from jax.sharding import AxisType
-from kernel_helpers import jit, normal  # jit: the cheap XLA:CPU pipeline, fusion emitters off
+from kernel_helpers import jit, normal
 from test_context_parallel import (
     D,
     H,
